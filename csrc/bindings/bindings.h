@@ -1,0 +1,14 @@
+// One function per concept registers its Python types on the module.
+// Bindings convert types only; logic lives in csrc/core and csrc/torch.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace torchmem::bindings {
+
+void bind_caching(pybind11::module_& m);
+void bind_cpu_install(pybind11::module_& m);
+void bind_planner(pybind11::module_& m);
+void bind_paged(pybind11::module_& m);
+
+}  // namespace torchmem::bindings

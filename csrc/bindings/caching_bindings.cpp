@@ -1,0 +1,62 @@
+// Python types for the device layer and the caching allocator.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "bindings/convert.h"
+#include "core/alloc_config.h"
+#include "core/caching_allocator.h"
+#include "core/host_device.h"
+#include "core/sim_device.h"
+
+namespace py = pybind11;
+
+namespace torchmem::bindings {
+
+void bind_caching(py::module_& m) {
+  register_out_of_memory(m);
+  m.def("parse_size", &parse_size, py::arg("text"));
+  m.def("parse_config", [](const std::string& text) { return AllocatorConfig::parse(text).to_string(); },
+        py::arg("text"), "Validate a config string; returns it normalised.");
+  m.def("format_size", &format_size, py::arg("bytes"));
+
+  py::class_<Device, std::shared_ptr<Device>>(m, "Device")
+      .def_property_readonly("name", &Device::name)
+      .def_property_readonly("total_bytes", &Device::total_bytes)
+      .def_property_readonly("free_bytes", &Device::free_bytes);
+  py::class_<HostDevice, Device, std::shared_ptr<HostDevice>>(m, "HostDevice")
+      .def(py::init<size_t>(), py::arg("capacity") = 0);
+  py::class_<SimDevice, Device, std::shared_ptr<SimDevice>>(m, "SimDevice")
+      .def(py::init<size_t, size_t>(), py::arg("capacity"), py::arg("page_size") = 2u << 20)
+      .def_property_readonly("live_segments", &SimDevice::live_segments);
+
+  py::class_<Allocator, std::shared_ptr<Allocator>>(m, "Allocator")
+      .def("owns", [](const Allocator& a, uintptr_t p) { return a.owns(reinterpret_cast<void*>(p)); });
+
+  py::class_<CachingAllocator, Allocator, std::shared_ptr<CachingAllocator>>(m, "CachingAllocator")
+      .def(py::init([](std::shared_ptr<Device> device, const std::string& conf) {
+             return std::make_shared<CachingAllocator>(*device, AllocatorConfig::parse(conf));
+           }),
+           py::arg("device"), py::arg("conf") = "", py::keep_alive<1, 2>())
+      .def("allocate",
+           [](CachingAllocator& a, size_t size, Stream stream) { return reinterpret_cast<uintptr_t>(a.allocate(size, stream)); },
+           py::arg("size"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("deallocate", [](CachingAllocator& a, uintptr_t p) { a.deallocate(reinterpret_cast<void*>(p)); },
+           py::arg("ptr"), py::call_guard<py::gil_scoped_release>())
+      .def("empty_cache", &CachingAllocator::empty_cache)
+      .def("set_memory_fraction", &CachingAllocator::set_memory_fraction, py::arg("fraction"))
+      .def("stats", [](const CachingAllocator& a) { return stats_to_dict(a.stats()); })
+      .def("reset_peak_stats", &CachingAllocator::reset_peak_stats)
+      .def("reset_accumulated_stats", &CachingAllocator::reset_accumulated_stats)
+      .def("largest_free_block", &CachingAllocator::largest_free_block)
+      .def("segments", [](const CachingAllocator& a) { return segments_to_list(a.segments()); })
+      .def("check_invariants", &CachingAllocator::check_invariants)
+      .def("enable_history",
+           [](CachingAllocator& a, size_t max_entries) { a.history().enable(max_entries); },
+           py::arg("max_entries"))
+      .def("history", [](CachingAllocator& a) { return trace_to_list(a.history().entries()); })
+      .def_property_readonly("config", [](const CachingAllocator& a) { return a.config().to_string(); })
+      .def_property_readonly("device", [](CachingAllocator& a) { return a.device().name(); });
+}
+
+}  // namespace torchmem::bindings

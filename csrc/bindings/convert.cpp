@@ -1,0 +1,106 @@
+#include "bindings/convert.h"
+
+#include "core/out_of_memory.h"
+
+namespace py = pybind11;
+
+namespace torchmem::bindings {
+
+namespace {
+
+py::dict stat_to_dict(const Stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict stat_array_to_dict(const StatArray& a) {
+  py::dict d;
+  d["all"] = stat_to_dict(a[kAggregate]);
+  d["small_pool"] = stat_to_dict(a[kSmallPool]);
+  d["large_pool"] = stat_to_dict(a[kLargePool]);
+  return d;
+}
+
+}  // namespace
+
+py::dict stats_to_dict(const DeviceStats& s) {
+  py::dict d;
+  d["allocation"] = stat_array_to_dict(s.allocation);
+  d["segment"] = stat_array_to_dict(s.segment);
+  d["active"] = stat_array_to_dict(s.active);
+  d["inactive_split"] = stat_array_to_dict(s.inactive_split);
+  d["allocated_bytes"] = stat_array_to_dict(s.allocated_bytes);
+  d["reserved_bytes"] = stat_array_to_dict(s.reserved_bytes);
+  d["active_bytes"] = stat_array_to_dict(s.active_bytes);
+  d["inactive_split_bytes"] = stat_array_to_dict(s.inactive_split_bytes);
+  d["requested_bytes"] = stat_array_to_dict(s.requested_bytes);
+  d["oversize_allocations"] = stat_to_dict(s.oversize_allocations);
+  d["oversize_segments"] = stat_to_dict(s.oversize_segments);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_sync_all_streams"] = s.num_sync_all_streams;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["max_split_size"] = s.max_split_size;
+  return d;
+}
+
+py::list segments_to_list(const std::vector<SegmentInfo>& segments) {
+  py::list out;
+  for (const SegmentInfo& seg : segments) {
+    py::dict d;
+    d["address"] = seg.addr;
+    d["total_size"] = seg.total_size;
+    d["stream"] = seg.stream;
+    d["segment_type"] = seg.is_small ? "small" : "large";
+    d["allocated_size"] = seg.allocated_size;
+    d["requested_size"] = seg.requested_size;
+    d["is_expandable"] = seg.is_expandable;
+    py::list blocks;
+    for (const BlockInfo& b : seg.blocks) {
+      py::dict bd;
+      bd["address"] = b.addr;
+      bd["size"] = b.size;
+      bd["requested_size"] = b.requested_size;
+      bd["allocated"] = b.allocated;
+      bd["mapped"] = b.mapped;
+      blocks.append(bd);
+    }
+    d["blocks"] = blocks;
+    out.append(d);
+  }
+  return out;
+}
+
+py::list trace_to_list(const std::vector<TraceEntry>& entries) {
+  py::list out;
+  for (const TraceEntry& e : entries) {
+    py::dict d;
+    d["action"] = action_name(e.action);
+    d["addr"] = e.addr;
+    d["size"] = e.size;
+    d["stream"] = e.stream;
+    d["time_us"] = e.time_us;
+    d["context"] = e.context;
+    out.append(d);
+  }
+  return out;
+}
+
+void register_out_of_memory(py::module_& m) {
+  static py::object oom_type = py::module_::import("torch").attr("OutOfMemoryError");
+  m.attr("OutOfMemoryError") = oom_type;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const OutOfMemory& e) {
+      PyErr_SetString(oom_type.ptr(), e.what());
+    }
+  });
+}
+
+}  // namespace torchmem::bindings

@@ -1,0 +1,9 @@
+#include "bindings/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchmem's C++ core";
+  torchmem::bindings::bind_caching(m);
+  torchmem::bindings::bind_cpu_install(m);
+  torchmem::bindings::bind_planner(m);
+  torchmem::bindings::bind_paged(m);
+}

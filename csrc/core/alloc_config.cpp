@@ -1,0 +1,217 @@
+#include "core/alloc_config.h"
+
+#include <cctype>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace torchmem {
+
+namespace {
+
+const char* kKeys =
+    "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
+    "garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, "
+    "per_process_memory_fraction, capacity";
+
+constexpr size_t kMB = 1024 * 1024;
+
+bool is_power_of_two(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+size_t log2_floor(size_t v) { return 63 - __builtin_clzll(v); }
+
+[[noreturn]] void fail(const std::string& key, const std::string& value, const std::string& allowed) {
+  throw std::invalid_argument("allocator config: bad value '" + value + "' for " + key + ": " + allowed);
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\n");
+  size_t e = s.find_last_not_of(" \t\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+// Splits "a:b,c:[d:e,f:g]" into top-level "key:value" items.
+std::vector<std::string> split_items(const std::string& text) {
+  std::vector<std::string> items;
+  std::string cur;
+  int depth = 0;
+  for (char c : text) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0) throw std::invalid_argument("allocator config: unbalanced ']' in '" + text + "'");
+    if (c == ',' && depth == 0) {
+      items.push_back(trim(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) throw std::invalid_argument("allocator config: unbalanced '[' in '" + text + "'");
+  items.push_back(trim(cur));
+  return items;
+}
+
+double parse_number(const std::string& key, const std::string& value, const std::string& allowed) {
+  try {
+    size_t used = 0;
+    double v = std::stod(value, &used);
+    if (used != value.size() || !std::isfinite(v)) fail(key, value, allowed);
+    return v;
+  } catch (const std::logic_error&) {
+    fail(key, value, allowed);
+  }
+}
+
+size_t parse_count(const std::string& key, const std::string& value, const std::string& allowed) {
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 18) {
+    fail(key, value, allowed);
+  }
+  return std::stoull(value);
+}
+
+bool parse_bool(const std::string& key, const std::string& value) {
+  if (value == "True" || value == "true" || value == "1") return true;
+  if (value == "False" || value == "false" || value == "0") return false;
+  fail(key, value, "expected True or False");
+}
+
+void parse_divisions(AllocatorConfig& c, const std::string& value) {
+  const std::string key = "roundup_power2_divisions";
+  const std::string allowed = "a power of two (or 0), or a list like [256:1,512:2,>:8] of MB:divisions";
+  auto& d = c.roundup_power2_divisions;
+  if (value.empty() || value.front() != '[') {
+    size_t v = parse_count(key, value, allowed);
+    if (v != 0 && !is_power_of_two(v)) fail(key, value, allowed);
+    d.fill(v);
+    return;
+  }
+  if (value.back() != ']') fail(key, value, allowed);
+  bool first = true;
+  size_t last_index = 0;
+  for (const std::string& item : split_items(value.substr(1, value.size() - 2))) {
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) fail(key, value, allowed);
+    std::string interval = trim(item.substr(0, colon));
+    size_t divisions = parse_count(key, trim(item.substr(colon + 1)), allowed);
+    if (divisions != 0 && !is_power_of_two(divisions)) fail(key, value, allowed);
+    if (interval == ">") {
+      for (size_t i = first ? 0 : last_index + 1; i < d.size(); ++i) d[i] = divisions;
+      continue;
+    }
+    size_t mb = parse_count(key, interval, allowed);
+    if (!is_power_of_two(mb)) fail(key, value, "list intervals must be powers of two (MB)");
+    size_t index = std::min(log2_floor(mb), d.size() - 1);
+    if (first) {
+      for (size_t i = 0; i < index; ++i) d[i] = divisions;
+      first = false;
+    }
+    d[index] = divisions;
+    last_index = index;
+  }
+}
+
+}  // namespace
+
+size_t parse_size(const std::string& text) {
+  const std::string allowed = "a size such as 80GiB, 512MB, 1.5GB or a byte count";
+  std::string s = trim(text);
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) fail("size", text, allowed);
+  double number = parse_number("size", s.substr(0, i), allowed);
+  std::string unit = trim(s.substr(i));
+  for (auto& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  double scale;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "gb") scale = 1e9;
+  else if (unit == "tb") scale = 1e12;
+  else if (unit == "kib" || unit == "k") scale = 1024.0;
+  else if (unit == "mib" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else fail("size", text, allowed);
+  double bytes = number * scale;
+  if (bytes >= 9.2e18) fail("size", text, "at most 8 EiB");
+  return static_cast<size_t>(std::llround(bytes));
+}
+
+AllocatorConfig AllocatorConfig::parse(const std::string& text) {
+  AllocatorConfig c;
+  if (trim(text).empty()) return c;
+  for (const std::string& item : split_items(text)) {
+    if (item.empty()) continue;
+    size_t colon = item.find(':');
+    if (colon == std::string::npos) {
+      throw std::invalid_argument("allocator config: '" + item + "' is not key:value (keys: " + kKeys + ")");
+    }
+    std::string key = trim(item.substr(0, colon));
+    std::string value = trim(item.substr(colon + 1));
+    if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
+      const std::string allowed = "a whole number of MB greater than 20";
+      size_t mb = parse_count(key, value, allowed);
+      if (mb <= kLargeBuffer / kMB) fail(key, value, allowed);
+      mb = std::min(mb, std::numeric_limits<size_t>::max() / kMB);
+      (key == "max_split_size_mb" ? c.max_split_size : c.max_non_split_rounding) = mb * kMB;
+    } else if (key == "roundup_power2_divisions") {
+      parse_divisions(c, value);
+    } else if (key == "garbage_collection_threshold") {
+      const std::string allowed = "a number strictly between 0.0 and 1.0";
+      double v = parse_number(key, value, allowed);
+      if (!(v > 0.0 && v < 1.0)) fail(key, value, allowed);
+      c.garbage_collection_threshold = v;
+    } else if (key == "expandable_segments") {
+      c.expandable_segments = parse_bool(key, value);
+    } else if (key == "release_lock_on_cudamalloc") {
+      parse_bool(key, value);  // accepted for compatibility; torchmem always holds its lock
+    } else if (key == "backend") {
+      if (value != "native") fail(key, value, "torchmem implements the native backend only");
+    } else if (key == "per_process_memory_fraction") {
+      const std::string allowed = "a number in (0.0, 1.0]";
+      double v = parse_number(key, value, allowed);
+      if (!(v > 0.0 && v <= 1.0)) fail(key, value, allowed);
+      c.per_process_memory_fraction = v;
+    } else if (key == "capacity") {
+      c.capacity = parse_size(value);
+      if (c.capacity == 0) fail(key, value, "a size greater than zero");
+    } else {
+      throw std::invalid_argument("allocator config: unknown key '" + key + "' (keys: " + kKeys + ")");
+    }
+  }
+  return c;
+}
+
+size_t AllocatorConfig::divisions_for(size_t size) const {
+  const size_t interval_start = log2_floor(kSmallSize);
+  size_t log_size = log2_floor(size);
+  size_t index = log_size > interval_start ? log_size - interval_start : 0;
+  return roundup_power2_divisions[std::min(index, kRoundUpPowerOfTwoIntervals - 1)];
+}
+
+std::string AllocatorConfig::to_string() const {
+  AllocatorConfig defaults;
+  std::ostringstream out;
+  const char* sep = "";
+  auto item = [&](const std::string& key, const std::string& value) {
+    out << sep << key << ':' << value;
+    sep = ",";
+  };
+  if (max_split_size != defaults.max_split_size) item("max_split_size_mb", std::to_string(max_split_size / kMB));
+  if (max_non_split_rounding != defaults.max_non_split_rounding)
+    item("max_non_split_rounding_mb", std::to_string(max_non_split_rounding / kMB));
+  if (roundup_power2_divisions != defaults.roundup_power2_divisions) {
+    std::string list = "[";
+    for (size_t i = 0; i < roundup_power2_divisions.size(); ++i) {
+      list += (i ? "," : "") + std::to_string(size_t(1) << i) + ":" + std::to_string(roundup_power2_divisions[i]);
+    }
+    item("roundup_power2_divisions", list + "]");
+  }
+  if (garbage_collection_threshold != 0.0) item("garbage_collection_threshold", std::to_string(garbage_collection_threshold));
+  if (expandable_segments) item("expandable_segments", "True");
+  if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
+  if (capacity != 0) item("capacity", std::to_string(capacity));
+  return out.str();
+}
+
+}  // namespace torchmem

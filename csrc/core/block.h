@@ -1,0 +1,83 @@
+// Blocks and free-block pools of the caching allocator.
+//
+// A segment is one range taken from the device; it is tiled by a doubly
+// linked list of blocks in address order (prev/next). A block is either
+// allocated (in CachingAllocator::live_blocks_) or free (in exactly one
+// BlockPool). Invariants (checked by CachingAllocator::check_invariants):
+//   block.addr + block.size == block.next->addr
+//   !(free(block) && free(block.next))           -- free neighbours merge
+//   block in pool  <=>  !block.allocated
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "core/device.h"
+
+namespace torchmem {
+
+struct BlockPool;
+class ExpandableSegment;
+
+struct Block {
+  uintptr_t addr = 0;
+  size_t size = 0;
+  size_t requested_size = 0;   // what the caller asked for (allocated blocks)
+  Stream stream = 0;
+  BlockPool* pool = nullptr;
+  bool allocated = false;
+  bool mapped = true;          // false: pages of an expandable segment not backed yet
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  int64_t gc_count_base = 0;   // pool's get_free_blocks_call_count when cached
+  ExpandableSegment* expandable = nullptr;
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+// Best fit: the smallest block of the request's stream that is large enough,
+// lowest address first among equals.
+struct BlockBySize {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return a->addr < b->addr;
+  }
+};
+
+struct BlockPool {
+  explicit BlockPool(bool small) : is_small(small) {}
+  std::set<Block*, BlockBySize> blocks;
+  const bool is_small;
+  int64_t get_free_blocks_call_count = 0;  // ages blocks for garbage collection
+
+  void insert(Block* block) {
+    block->gc_count_base = get_free_blocks_call_count;
+    blocks.insert(block);
+  }
+  void erase(Block* block) { blocks.erase(block); }
+};
+
+// Plain data for snapshots (torch.cuda.memory._snapshot()'s segments).
+struct BlockInfo {
+  uintptr_t addr = 0;
+  size_t size = 0;
+  size_t requested_size = 0;
+  bool allocated = false;
+  bool mapped = true;
+};
+
+struct SegmentInfo {
+  uintptr_t addr = 0;
+  size_t total_size = 0;
+  Stream stream = 0;
+  bool is_small = false;
+  bool is_expandable = false;
+  size_t allocated_size = 0;
+  size_t requested_size = 0;
+  std::vector<BlockInfo> blocks;
+};
+
+}  // namespace torchmem

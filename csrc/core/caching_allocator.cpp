@@ -1,0 +1,599 @@
+// Note [Caching policy]
+// The rules of PyTorch's native CUDA caching allocator, in the order a
+// request meets them:
+// - Sizes round up to 512 B, or to the next 1/n of a power of two when
+//   roundup_power2_divisions gives n for the size's interval.
+// - Requests up to 1 MiB are served from the small pool, whose segments are
+//   2 MiB; larger ones from the large pool, whose segments are 20 MiB for
+//   requests under 10 MiB and the request rounded up to 2 MiB above.
+// - Best fit: the smallest cached block of the same stream that is large
+//   enough, lowest address among equals. A block of max_split_size or more is
+//   never given to a request under max_split_size, and a request of
+//   max_split_size or more only takes a block less than
+//   max_non_split_rounding larger than itself.
+// - A found block is split when the remainder is at least 512 B (small pool)
+//   or more than 1 MiB and the request is under max_split_size (large pool).
+// - On a miss: free-memory callbacks and another search; garbage collection
+//   (only with a memory fraction and a threshold); a new segment; on failure,
+//   release cached blocks of max_split_size or more and retry; then release
+//   every unsplit cached segment and retry once more; then out of memory.
+// - A freed block merges with free neighbours of its segment.
+#include "core/caching_allocator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+namespace torchmem {
+
+namespace {
+
+constexpr size_t kMaxRequest = size_t(1) << 60;
+
+size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+size_t allocation_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return round_up(size, kRoundLarge);
+}
+
+// The next multiple of power_of_two_floor(size) / divisions at or above size.
+size_t roundup_power2_next_division(size_t size, size_t divisions) {
+  if ((size & (size - 1)) == 0) return size;
+  const size_t floor = size_t(1) << (63 - __builtin_clzll(size));
+  const size_t step = floor / divisions;
+  if (step == 0) return floor << 1;
+  const size_t rounded_floor = size & ~(step - 1);
+  return rounded_floor == size ? size : rounded_floor + step;
+}
+
+template <typename F>
+void for_pool_stats(bool is_small, F f) {
+  f(kAggregate);
+  f(is_small ? kSmallPool : kLargePool);
+}
+
+std::string hex(uintptr_t addr) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
+  return buf;
+}
+
+}  // namespace
+
+std::string format_size(size_t bytes) {
+  char buf[64];
+  if (bytes <= 1024) {
+    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
+  } else if (bytes <= 1048576) {
+    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
+  } else if (bytes <= 1073741824) {
+    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / 1048576.0);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
+  }
+  return buf;
+}
+
+struct CachingAllocator::Request {
+  size_t requested;   // bytes asked for
+  size_t size;        // rounded
+  size_t alloc_size;  // segment size if a new segment is needed
+  Stream stream;
+  BlockPool* pool;
+  Block* block = nullptr;
+};
+
+CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
+    : device_(device), config_(config) {
+  stats_.max_split_size = static_cast<int64_t>(
+      std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
+  if (config_.per_process_memory_fraction != 1.0) set_memory_fraction(config_.per_process_memory_fraction);
+}
+
+CachingAllocator::~CachingAllocator() {
+  std::vector<Block*> all;
+  for (auto* pool : {&large_blocks_, &small_blocks_}) all.insert(all.end(), pool->blocks.begin(), pool->blocks.end());
+  for (auto& kv : live_blocks_) all.push_back(kv.second);
+  for (Block* b : all) {
+    if (b->prev == nullptr) {
+      size_t total = 0;
+      for (Block* s = b; s; s = s->next) total += s->size;
+      device_.free(b->addr, total);
+    }
+  }
+  for (Block* b : all) delete b;
+}
+
+size_t CachingAllocator::round_size(size_t size) const {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const size_t divisions = config_.divisions_for(size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  return round_up(size, kMinBlockSize);
+}
+
+size_t CachingAllocator::limit_bytes() const {
+  return static_cast<size_t>(memory_fraction_ * static_cast<double>(device_.total_bytes()));
+}
+
+void CachingAllocator::set_memory_fraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    throw std::invalid_argument("memory fraction must be in (0.0, 1.0], got " + std::to_string(fraction));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  memory_fraction_ = fraction;
+  fraction_set_ = true;
+}
+
+void CachingAllocator::add_free_memory_callback(std::function<bool()> callback) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_memory_callbacks_.push_back(std::move(callback));
+}
+
+bool CachingAllocator::trigger_free_memory_callbacks() {
+  bool freed = false;
+  for (auto& callback : free_memory_callbacks_) freed |= callback();
+  return freed;
+}
+
+void* CachingAllocator::allocate(size_t size, Stream stream) {
+  if (size == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Request r{size, 0, 0, stream, nullptr};
+  if (size > kMaxRequest) throw_oom(r);
+  r.size = round_size(size);
+  r.pool = &pool_for(r.size);
+  r.alloc_size = allocation_size(r.size);
+
+  Block* block = find_free_block(r);
+  if (!block && trigger_free_memory_callbacks()) block = find_free_block(r);
+  if (!block) {
+    if (fraction_set_ && config_.garbage_collection_threshold > 0.0) garbage_collect_cached_blocks();
+    const bool found = allocate_segment(r, false) ||
+                       (release_available_cached_blocks(r) && allocate_segment(r, false)) ||
+                       (release_cached_blocks(), allocate_segment(r, true));
+    if (!found) throw_oom(r);
+    block = r.block;
+  }
+  block = take_block(r, block);
+  live_blocks_.emplace(block->addr, block);
+  history_.record(Action::kAlloc, block->addr, block->size, stream);
+  return reinterpret_cast<void*>(block->addr);
+}
+
+Block* CachingAllocator::find_free_block(Request& r) {
+  BlockPool& pool = *r.pool;
+  if (fraction_set_ && config_.garbage_collection_threshold > 0.0) ++pool.get_free_blocks_call_count;
+  Block key;
+  key.stream = r.stream;
+  key.size = r.size;
+  auto it = pool.blocks.lower_bound(&key);
+  if (it == pool.blocks.end() || (*it)->stream != r.stream) return nullptr;
+  const size_t max_split = config_.max_split_size;
+  if (r.size < max_split && (*it)->size >= max_split) return nullptr;
+  if (r.size >= max_split && (*it)->size >= r.size + config_.max_non_split_rounding) return nullptr;
+  Block* block = *it;
+  pool.blocks.erase(it);
+  return block;
+}
+
+bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
+  if (is_retry) ++stats_.num_alloc_retries;
+  const size_t size = r.alloc_size;
+  if (fraction_set_ && total_reserved_ + size > limit_bytes()) return false;
+  const uintptr_t addr = device_.allocate(size);
+  if (addr == 0) return false;
+  total_reserved_ += size;
+  Block* block = new Block;
+  block->addr = addr;
+  block->size = size;
+  block->stream = r.stream;
+  block->pool = r.pool;
+  r.block = block;
+  for_pool_stats(r.pool->is_small, [&](size_t t) {
+    stats_.segment[t].increase(1);
+    stats_.reserved_bytes[t].increase(static_cast<int64_t>(size));
+  });
+  if (size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  ++stats_.num_device_alloc;
+  history_.record(Action::kSegmentAlloc, addr, size, r.stream);
+  return true;
+}
+
+// Frees cached blocks of max_split_size or more: the smallest single one that
+// covers the request, or else the largest ones until their sum does.
+bool CachingAllocator::release_available_cached_blocks(const Request& r) {
+  if (config_.max_split_size == std::numeric_limits<size_t>::max()) return false;
+  BlockPool& pool = *r.pool;
+  Block key;
+  key.stream = r.stream;
+  key.size = std::max(r.size, config_.max_split_size);
+  auto it = pool.blocks.lower_bound(&key);
+  if (it != pool.blocks.end() && (*it)->stream == r.stream) {
+    release_block(*it);
+    return true;
+  }
+  if (it == pool.blocks.begin()) return false;
+  size_t released = 0;
+  --it;
+  while (released < key.size && (*it)->size >= config_.max_split_size && (*it)->stream == r.stream) {
+    auto cur = it;
+    const bool is_first = cur == pool.blocks.begin();
+    if (!is_first) --it;
+    released += (*cur)->size;
+    release_block(*cur);
+    if (is_first) break;
+  }
+  return released >= key.size;
+}
+
+void CachingAllocator::release_cached_blocks() {
+  release_pool(large_blocks_);
+  release_pool(small_blocks_);
+}
+
+void CachingAllocator::release_pool(BlockPool& pool) {
+  for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+    Block* block = *it++;
+    if (!block->is_split()) release_block(block);
+  }
+}
+
+void CachingAllocator::release_block(Block* block) {
+  device_.free(block->addr, block->size);
+  total_reserved_ -= block->size;
+  for_pool_stats(block->pool->is_small, [&](size_t t) {
+    stats_.segment[t].decrease(1);
+    stats_.reserved_bytes[t].decrease(static_cast<int64_t>(block->size));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
+  ++stats_.num_device_free;
+  history_.record(Action::kSegmentFree, block->addr, block->size, block->stream);
+  block->pool->erase(block);
+  delete block;
+}
+
+// Frees unsplit large cached segments, oldest (least reused) first, until
+// reserved memory is back under garbage_collection_threshold * limit.
+void CachingAllocator::garbage_collect_cached_blocks() {
+  const size_t threshold = static_cast<size_t>(config_.garbage_collection_threshold * limit_bytes());
+  if (total_reserved_ <= threshold) return;
+  const size_t target = total_reserved_ - threshold;
+  auto age = [&](const Block* b) { return static_cast<double>(large_blocks_.get_free_blocks_call_count - b->gc_count_base); };
+  double total_age = 0.0;
+  int freeable = 0;
+  for (Block* b : large_blocks_.blocks) {
+    if (!b->is_split()) {
+      total_age += age(b);
+      ++freeable;
+    }
+  }
+  size_t reclaimed = 0;
+  bool freed_one = true;
+  while (reclaimed < target && freed_one && freeable > 0) {
+    const double age_threshold = total_age / freeable;
+    freed_one = false;
+    for (auto it = large_blocks_.blocks.begin(); it != large_blocks_.blocks.end();) {
+      Block* b = *it++;
+      if (!b->is_split() && age(b) >= age_threshold) {
+        freed_one = true;
+        reclaimed += b->size;
+        total_age -= age(b);
+        --freeable;
+        release_block(b);
+      }
+    }
+  }
+}
+
+bool CachingAllocator::should_split(const Block* block, size_t size) const {
+  const size_t remaining = block->size - size;
+  if (block->pool->is_small) return remaining >= kMinBlockSize;
+  return size < config_.max_split_size && remaining > kSmallSize;
+}
+
+// Turns a free block (already out of its pool) into an allocation of r.size,
+// splitting off the remainder when the rules allow.
+Block* CachingAllocator::take_block(Request& r, Block* block) {
+  const bool already_split = block->is_split();
+  const bool is_small = r.pool->is_small;
+  if (should_split(block, r.size)) {
+    Block* remaining = block;
+    block = new Block;
+    block->addr = remaining->addr;
+    block->size = r.size;
+    block->stream = r.stream;
+    block->pool = r.pool;
+    block->prev = remaining->prev;
+    if (block->prev) block->prev->next = block;
+    block->next = remaining;
+    remaining->prev = block;
+    remaining->addr += r.size;
+    remaining->size -= r.size;
+    r.pool->insert(remaining);
+    if (already_split) {
+      for_pool_stats(is_small, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(r.size)); });
+    } else {
+      for_pool_stats(is_small, [&](size_t t) {
+        stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(remaining->size));
+        stats_.inactive_split[t].increase(1);
+      });
+    }
+  } else if (already_split) {
+    for_pool_stats(is_small, [&](size_t t) {
+      stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
+      stats_.inactive_split[t].decrease(1);
+    });
+  }
+  block->allocated = true;
+  block->requested_size = r.requested;
+  for_pool_stats(is_small, [&](size_t t) {
+    stats_.allocation[t].increase(1);
+    stats_.allocated_bytes[t].increase(static_cast<int64_t>(block->size));
+    stats_.active[t].increase(1);
+    stats_.active_bytes[t].increase(static_cast<int64_t>(block->size));
+    stats_.requested_bytes[t].increase(static_cast<int64_t>(r.requested));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+  return block;
+}
+
+bool CachingAllocator::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_blocks_.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
+}
+
+bool CachingAllocator::has_live_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return !live_blocks_.empty();
+}
+
+void CachingAllocator::deallocate(void* ptr) {
+  if (ptr == nullptr) return;
+  if (!try_deallocate(ptr)) {
+    throw std::invalid_argument("free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
+                                ", which is not a live allocation of this allocator "
+                                "(a double free, or a pointer from elsewhere)");
+  }
+}
+
+bool CachingAllocator::try_deallocate(void* ptr) {
+  if (ptr == nullptr) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_blocks_.end()) return false;
+  Block* block = it->second;
+  live_blocks_.erase(it);
+  history_.record(Action::kFreeRequested, block->addr, block->size, block->stream);
+  block->allocated = false;
+  for_pool_stats(block->pool->is_small, [&](size_t t) {
+    stats_.allocation[t].decrease(1);
+    stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
+    stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
+  });
+  if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+  history_.record(Action::kFreeCompleted, block->addr, block->size, block->stream);
+  free_block(block);
+  return true;
+}
+
+void CachingAllocator::free_block(Block* block) {
+  const size_t original_size = block->size;
+  BlockPool& pool = *block->pool;
+  int64_t net_inactive_blocks = 0;
+  int64_t net_inactive_bytes = 0;
+  for (Block* candidate : {block->prev, block->next}) {
+    const size_t subsumed = merge(block, candidate, pool);
+    if (subsumed > 0) {
+      net_inactive_blocks -= 1;
+      net_inactive_bytes -= static_cast<int64_t>(subsumed);
+    }
+  }
+  block->requested_size = 0;
+  pool.insert(block);
+  if (block->is_split()) {
+    net_inactive_blocks += 1;
+    net_inactive_bytes += static_cast<int64_t>(block->size);
+  }
+  for_pool_stats(pool.is_small, [&](size_t t) {
+    if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
+    if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
+    if (net_inactive_bytes > 0) stats_.inactive_split_bytes[t].increase(net_inactive_bytes);
+    if (net_inactive_bytes < 0) stats_.inactive_split_bytes[t].decrease(-net_inactive_bytes);
+    stats_.active[t].decrease(1);
+    stats_.active_bytes[t].decrease(static_cast<int64_t>(original_size));
+  });
+}
+
+// Absorbs the free neighbour src into dst; returns the bytes absorbed.
+size_t CachingAllocator::merge(Block* dst, Block* src, BlockPool& pool) {
+  if (!src || src->allocated || dst->mapped != src->mapped) return 0;
+  if (dst->prev == src) {
+    dst->addr = src->addr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+  } else {
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  const size_t subsumed = src->size;
+  dst->size += subsumed;
+  pool.erase(src);
+  delete src;
+  return subsumed;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_cached_blocks();
+}
+
+size_t CachingAllocator::largest_free_block_locked() const {
+  size_t largest = 0;
+  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
+    for (const Block* b : pool->blocks) largest = std::max(largest, b->size);
+  }
+  return largest;
+}
+
+size_t CachingAllocator::largest_free_block() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return largest_free_block_locked();
+}
+
+void CachingAllocator::throw_oom(const Request& r) {
+  ++stats_.num_ooms;
+  const size_t device_free = device_.free_bytes();
+  history_.record(Action::kOom, device_free, r.requested, r.stream);
+  OomInfo info;
+  info.requested = r.requested;
+  info.allocated = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
+  info.reserved = static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
+  info.largest_free = largest_free_block_locked();
+  info.device_total = fraction_set_ ? limit_bytes() : device_.total_bytes();
+  info.device_free = fraction_set_ ? std::min(device_free, info.device_total - std::min(info.device_total, total_reserved_))
+                                   : device_free;
+  std::ostringstream msg;
+  msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.requested) << ". Device "
+      << device_.name() << " has a total capacity of " << format_size(info.device_total) << " of which "
+      << format_size(info.device_free) << " is free. Of the allocated memory " << format_size(info.allocated)
+      << " is allocated by PyTorch, and " << format_size(info.reserved - info.allocated)
+      << " is reserved by PyTorch but unallocated; the largest free block is " << format_size(info.largest_free)
+      << ".";
+  if (info.reserved - info.allocated > info.requested) {
+    msg << " If reserved but unallocated memory is large try setting "
+           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF on torchmem) to avoid fragmentation.";
+  }
+  throw OutOfMemory(msg.str(), info);
+}
+
+DeviceStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.for_each_stat_array([](StatArray& a) {
+    for (Stat& s : a) s.reset_peak();
+  });
+  stats_.oversize_allocations.reset_peak();
+  stats_.oversize_segments.reset_peak();
+}
+
+void CachingAllocator::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.for_each_stat_array([](StatArray& a) {
+    for (Stat& s : a) s.reset_accumulated();
+  });
+  stats_.oversize_allocations.reset_accumulated();
+  stats_.oversize_segments.reset_accumulated();
+  stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
+  stats_.num_device_alloc = stats_.num_device_free = 0;
+}
+
+std::vector<SegmentInfo> CachingAllocator::segments() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return segments_locked();
+}
+
+std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
+  std::vector<const Block*> heads;
+  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
+    for (const Block* b : pool->blocks) {
+      if (!b->prev) heads.push_back(b);
+    }
+  }
+  for (const auto& kv : live_blocks_) {
+    if (!kv.second->prev) heads.push_back(kv.second);
+  }
+  std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->addr < b->addr; });
+  std::vector<SegmentInfo> out;
+  out.reserve(heads.size());
+  for (const Block* head : heads) {
+    SegmentInfo seg;
+    seg.addr = head->addr;
+    seg.stream = head->stream;
+    seg.is_small = head->pool->is_small;
+    seg.is_expandable = head->expandable != nullptr;
+    for (const Block* b = head; b; b = b->next) {
+      seg.total_size += b->size;
+      if (b->allocated) {
+        seg.allocated_size += b->size;
+        seg.requested_size += b->requested_size;
+      }
+      seg.blocks.push_back(BlockInfo{b->addr, b->size, b->requested_size, b->allocated, b->mapped});
+    }
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
+void CachingAllocator::check_invariants() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto fail = [](const std::string& what) { throw std::logic_error("caching allocator invariant broken: " + what); };
+  DeviceStats expect;
+  size_t free_blocks_seen = 0;
+  size_t live_blocks_seen = 0;
+  uintptr_t previous_end = 0;
+  for (const SegmentInfo& seg : segments_locked()) {
+    if (seg.addr < previous_end) fail("segment at " + hex(seg.addr) + " overlaps the previous one");
+    previous_end = seg.addr + seg.total_size;
+    const size_t pool_stat = seg.is_small ? kSmallPool : kLargePool;
+    for (size_t t : {size_t(kAggregate), pool_stat}) {
+      expect.segment[t].current += 1;
+      expect.reserved_bytes[t].current += static_cast<int64_t>(seg.total_size);
+    }
+    uintptr_t cursor = seg.addr;
+    bool previous_free = false;
+    for (const BlockInfo& b : seg.blocks) {
+      if (b.addr != cursor) fail("blocks of segment " + hex(seg.addr) + " do not tile it at " + hex(b.addr));
+      cursor += b.size;
+      if (b.size == 0 || b.size % kMinBlockSize != 0) fail("block at " + hex(b.addr) + " has size " + std::to_string(b.size));
+      const bool is_free = !b.allocated;
+      if (is_free && previous_free) fail("two neighbouring free blocks at " + hex(b.addr));
+      previous_free = is_free;
+      for (size_t t : {size_t(kAggregate), pool_stat}) {
+        if (b.allocated) {
+          expect.allocation[t].current += 1;
+          expect.allocated_bytes[t].current += static_cast<int64_t>(b.size);
+          expect.requested_bytes[t].current += static_cast<int64_t>(b.requested_size);
+        } else if (seg.blocks.size() > 1 && !seg.is_expandable) {
+          expect.inactive_split[t].current += 1;
+          expect.inactive_split_bytes[t].current += static_cast<int64_t>(b.size);
+        }
+      }
+      (b.allocated ? live_blocks_seen : free_blocks_seen) += 1;
+    }
+  }
+  if (live_blocks_seen != live_blocks_.size()) fail("live block map out of step with the segments");
+  if (free_blocks_seen != large_blocks_.blocks.size() + small_blocks_.blocks.size()) fail("pools out of step with the segments");
+  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
+    for (const Block* b : pool->blocks) {
+      if (b->allocated || b->pool != pool) fail("pool holds a block that is allocated or belongs elsewhere");
+    }
+  }
+  expect.active = expect.allocation;
+  expect.active_bytes = expect.allocated_bytes;
+  const char* names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+                         "active_bytes", "inactive_split_bytes", "requested_bytes"};
+  DeviceStats actual = stats_;
+  std::vector<StatArray*> want, have;
+  expect.for_each_stat_array([&](StatArray& a) { want.push_back(&a); });
+  actual.for_each_stat_array([&](StatArray& a) { have.push_back(&a); });
+  for (size_t i = 0; i < want.size(); ++i) {
+    for (size_t t = 0; t < kNumStatTypes; ++t) {
+      if ((*want[i])[t].current != (*have[i])[t].current) {
+        fail(std::string(names[i]) + "[" + std::to_string(t) + "].current is " + std::to_string((*have[i])[t].current) +
+             ", recomputed " + std::to_string((*want[i])[t].current));
+      }
+    }
+  }
+  if (static_cast<int64_t>(total_reserved_) != expect.reserved_bytes[kAggregate].current) fail("total reserved out of step");
+}
+
+}  // namespace torchmem

@@ -1,0 +1,114 @@
+// CachingAllocator: PyTorch's native CUDA caching allocator policy, on any
+// Device. See Note [Caching policy] in caching_allocator.cpp for the rules.
+//
+// Thread safety: every public method takes one internal mutex.
+// Ownership: the allocator owns every segment it took from the device and
+// gives them back in empty_cache() and in its destructor (live allocations
+// included: destroying an allocator with live blocks invalidates them).
+// Pointers returned by allocate() are aligned to 512 bytes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/alloc_config.h"
+#include "core/allocator.h"
+#include "core/block.h"
+#include "core/device.h"
+#include "core/history.h"
+#include "core/out_of_memory.h"
+#include "core/stats.h"
+
+namespace torchmem {
+
+class ExpandableSegment;
+
+class CachingAllocator final : public Allocator {
+ public:
+  explicit CachingAllocator(Device& device, AllocatorConfig config = {});
+  ~CachingAllocator() override;
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Allocator interface. allocate() throws OutOfMemory after releasing cached
+  // blocks and retrying once; deallocate() throws std::invalid_argument for a
+  // pointer that is not a live allocation (double free, foreign pointer).
+  void* allocate(size_t size, Stream stream = 0) override;
+  void deallocate(void* ptr) override;
+  bool owns(const void* ptr) const override;
+  bool has_live_allocations() const override;
+
+  // Like deallocate(), but returns false for a pointer this allocator does
+  // not own instead of throwing (used by deleters that hand foreign pointers on).
+  bool try_deallocate(void* ptr);
+
+  // Returns every cached, unsplit segment (and unmapped expandable pages) to
+  // the device.
+  void empty_cache();
+
+  // Called on a miss before a new segment is allocated; a callback returns
+  // true when it freed memory the allocator may now find cached.
+  void add_free_memory_callback(std::function<bool()> callback);
+
+  // Limit reserved memory to fraction * device.total_bytes(); enables the
+  // garbage collection threshold, as torch.cuda.set_per_process_memory_fraction.
+  void set_memory_fraction(double fraction);
+
+  DeviceStats stats() const;
+  void reset_peak_stats();
+  void reset_accumulated_stats();
+  size_t largest_free_block() const;
+
+  // Segments and blocks as they stand (address order), for snapshots.
+  std::vector<SegmentInfo> segments() const;
+  History& history() { return history_; }
+
+  // Throws std::logic_error describing the first broken invariant:
+  // blocks tile each segment exactly; no two neighbouring blocks are both
+  // free; pools hold exactly the free blocks; stats equal a recomputation;
+  // no two live blocks overlap.
+  void check_invariants() const;
+
+  const AllocatorConfig& config() const { return config_; }
+  Device& device() { return device_; }
+
+ private:
+  struct Request;
+
+  Block* find_free_block(Request& r);
+  bool allocate_segment(Request& r, bool is_retry);
+  bool release_available_cached_blocks(const Request& r);
+  void release_cached_blocks();
+  void release_pool(BlockPool& pool);
+  void release_block(Block* block);
+  void garbage_collect_cached_blocks();
+  Block* take_block(Request& r, Block* block);
+  void free_block(Block* block);
+  size_t merge(Block* dst, Block* src, BlockPool& pool);
+  bool should_split(const Block* block, size_t size) const;
+  BlockPool& pool_for(size_t size) { return size <= kSmallSize ? small_blocks_ : large_blocks_; }
+  size_t round_size(size_t size) const;
+  [[noreturn]] void throw_oom(const Request& r);
+  size_t largest_free_block_locked() const;
+  std::vector<SegmentInfo> segments_locked() const;
+  bool trigger_free_memory_callbacks();
+  size_t limit_bytes() const;
+
+  Device& device_;
+  AllocatorConfig config_;
+  mutable std::mutex mutex_;
+  BlockPool large_blocks_{false};
+  BlockPool small_blocks_{true};
+  std::unordered_map<uintptr_t, Block*> live_blocks_;
+  DeviceStats stats_;
+  size_t total_reserved_ = 0;
+  double memory_fraction_ = 1.0;
+  bool fraction_set_ = false;
+  History history_;
+  std::vector<std::function<bool()>> free_memory_callbacks_;
+};
+
+}  // namespace torchmem

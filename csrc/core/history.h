@@ -1,0 +1,70 @@
+// History: a ring buffer of allocator events in the vocabulary of
+// torch.cuda.memory._snapshot()'s device_traces.
+//
+// Recording costs one predictable branch when disabled. When enabled, each
+// event is one write into a preallocated ring (no heap allocation once the
+// ring is full). A context provider, when set, is called on allocations to
+// tag them with an id (for example an interned Python stack).
+// Not thread safe by itself: the owning allocator calls it under its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/device.h"
+
+namespace torchmem {
+
+enum class Action : uint8_t {
+  kAlloc,
+  kFreeRequested,
+  kFreeCompleted,
+  kSegmentAlloc,
+  kSegmentFree,
+  kSegmentMap,
+  kSegmentUnmap,
+  kOom,
+  kSnapshot,
+};
+
+// The name PyTorch uses for the action ("alloc", "segment_map", ...).
+const char* action_name(Action action);
+
+struct TraceEntry {
+  Action action;
+  uintptr_t addr;      // for kOom: bytes the device had free
+  size_t size;         // for kOom: bytes requested
+  Stream stream;
+  int64_t time_us;
+  uint64_t context;    // 0, or the provider's id for this event
+};
+
+class History {
+ public:
+  using ContextProvider = std::function<uint64_t()>;
+
+  // max_entries == 0 disables recording and clears the ring.
+  void enable(size_t max_entries, ContextProvider provider = nullptr);
+  bool enabled() const { return max_entries_ != 0; }
+
+  void record(Action action, uintptr_t addr, size_t size, Stream stream) {
+    if (max_entries_ == 0) return;
+    record_slow(action, addr, size, stream);
+  }
+
+  // Entries oldest first.
+  std::vector<TraceEntry> entries() const;
+  void clear();
+
+ private:
+  void record_slow(Action action, uintptr_t addr, size_t size, Stream stream);
+
+  size_t max_entries_ = 0;
+  size_t next_ = 0;        // ring position of the next write once full
+  std::vector<TraceEntry> ring_;
+  ContextProvider provider_;
+};
+
+}  // namespace torchmem

@@ -1,0 +1,34 @@
+// OutOfMemory: thrown by allocators when a request cannot be served.
+// Carries the figures PyTorch's message states, so glue code can rethrow it
+// as c10::OutOfMemoryError (torch.OutOfMemoryError in Python) unchanged.
+#pragma once
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace torchmem {
+
+struct OomInfo {
+  size_t requested = 0;         // bytes asked for by the caller
+  size_t allocated = 0;         // bytes in live allocations
+  size_t reserved = 0;          // bytes held from the device
+  size_t largest_free = 0;      // largest free cached block
+  size_t device_total = 0;      // device capacity (or the memory limit)
+  size_t device_free = 0;       // what the device still had free
+};
+
+class OutOfMemory : public std::runtime_error {
+ public:
+  OutOfMemory(const std::string& message, const OomInfo& info)
+      : std::runtime_error(message), info_(info) {}
+  const OomInfo& info() const { return info_; }
+
+ private:
+  OomInfo info_;
+};
+
+// "2.00 GiB", "512 bytes": the size format of PyTorch's messages.
+std::string format_size(size_t bytes);
+
+}  // namespace torchmem

@@ -1,0 +1,64 @@
+// Allocator statistics, the same fields as c10::CachingDeviceAllocator's
+// DeviceStats, so torch.cuda.memory_stats() keys map one to one.
+//
+// Invariant after every public call: each Stat's current equals its
+// recomputation from the blocks (CachingAllocator::check_invariants).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+namespace torchmem {
+
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;  // sum of all increases
+  int64_t freed = 0;      // sum of all decreases
+
+  void increase(int64_t amount) {
+    current += amount;
+    peak = std::max(peak, current);
+    allocated += amount;
+  }
+  void decrease(int64_t amount) {
+    current -= amount;
+    freed += amount;
+  }
+  void reset_peak() { peak = current; }
+  void reset_accumulated() { allocated = freed = 0; }
+};
+
+enum StatType : size_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2, kNumStatTypes = 3 };
+using StatArray = std::array<Stat, kNumStatTypes>;
+
+struct DeviceStats {
+  StatArray allocation;            // live allocations
+  StatArray segment;               // segments taken from the device
+  StatArray active;                // allocated or waiting on stream events
+  StatArray inactive_split;        // free blocks inside split segments
+  StatArray allocated_bytes;
+  StatArray reserved_bytes;
+  StatArray active_bytes;
+  StatArray inactive_split_bytes;
+  StatArray requested_bytes;       // bytes asked for, before rounding
+  int64_t num_alloc_retries = 0;   // device allocations retried after freeing the cache
+  int64_t num_ooms = 0;
+  int64_t num_sync_all_streams = 0;
+  int64_t num_device_alloc = 0;
+  int64_t num_device_free = 0;
+  Stat oversize_allocations;       // allocations of max_split_size or more
+  Stat oversize_segments;
+  int64_t max_split_size = 0;
+
+  template <typename F>
+  void for_each_stat_array(F f) {
+    for (StatArray* a : {&allocation, &segment, &active, &inactive_split, &allocated_bytes, &reserved_bytes,
+                         &active_bytes, &inactive_split_bytes, &requested_bytes}) {
+      f(*a);
+    }
+  }
+};
+
+}  // namespace torchmem

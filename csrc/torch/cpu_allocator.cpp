@@ -1,0 +1,139 @@
+#include "torch/cpu_allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace torchmem::glue {
+
+namespace {
+thread_local std::vector<std::shared_ptr<torchmem::Allocator>> thread_allocators;
+}  // namespace
+
+CpuAllocator& CpuAllocator::instance() {
+  static CpuAllocator* allocator = new CpuAllocator();  // never destroyed, on purpose
+  return *allocator;
+}
+
+void CpuAllocator::install(const AllocatorConfig& config) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!caching_ || caching_->config().to_string() != config.to_string()) {
+    if (caching_) {
+      caching_->empty_cache();
+      retired_.push_back(caching_);
+      retired_devices_.push_back(device_);
+    }
+    device_ = std::make_shared<HostDevice>(config.capacity);
+    caching_ = std::make_shared<CachingAllocator>(*device_, config);
+  }
+  if (installed_) return;
+  c10::Allocator* current = c10::GetAllocator(c10::DeviceType::CPU);
+  if (current != this) {
+    previous_ = current;
+    previous_deleter_ = current->raw_deleter();
+  }
+  c10::SetAllocator(c10::DeviceType::CPU, this, 0);
+  if (c10::GetAllocator(c10::DeviceType::CPU) != this) {
+    throw std::runtime_error(
+        "torchmem: PyTorch kept its current CPU allocator: another allocator was registered with a higher "
+        "priority, so torchmem cannot replace it");
+  }
+  installed_ = true;
+}
+
+void CpuAllocator::uninstall() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!installed_) return;
+  c10::SetAllocator(c10::DeviceType::CPU, previous_, 0);
+  installed_ = false;
+  caching_->empty_cache();
+}
+
+std::shared_ptr<CachingAllocator> CpuAllocator::caching() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return caching_;
+}
+
+void CpuAllocator::push_thread_allocator(std::shared_ptr<torchmem::Allocator> allocator) {
+  CpuAllocator& self = instance();
+  {
+    std::lock_guard<std::mutex> lock(self.mutex_);
+    if (std::find(self.routed_.begin(), self.routed_.end(), allocator) == self.routed_.end()) {
+      self.routed_.push_back(allocator);
+    }
+  }
+  thread_allocators.push_back(std::move(allocator));
+}
+
+void CpuAllocator::pop_thread_allocator() {
+  if (thread_allocators.empty()) throw std::logic_error("torchmem: pop_thread_allocator without a matching push");
+  thread_allocators.pop_back();
+  CpuAllocator& self = instance();
+  std::lock_guard<std::mutex> lock(self.mutex_);
+  auto unused = [](const std::shared_ptr<torchmem::Allocator>& a) { return a.use_count() == 1 && !a->has_live_allocations(); };
+  self.routed_.erase(std::remove_if(self.routed_.begin(), self.routed_.end(), unused), self.routed_.end());
+}
+
+c10::DataPtr CpuAllocator::allocate(size_t n) {
+  void* ptr = nullptr;
+  if (n != 0) {
+    torchmem::Allocator* target = thread_allocators.empty() ? nullptr : thread_allocators.back().get();
+    std::shared_ptr<CachingAllocator> caching;
+    if (!target) {
+      caching = this->caching();
+      TORCH_CHECK(caching, "torchmem: the CPU allocator was used before torchmem.install()");
+      target = caching.get();
+    }
+    try {
+      ptr = target->allocate(n);
+    } catch (const OutOfMemory& e) {
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+    }
+  }
+  return {ptr, ptr, &delete_pointer, c10::Device(c10::DeviceType::CPU)};
+}
+
+void CpuAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  if (count) std::memcpy(dest, src, count);
+}
+
+void CpuAllocator::delete_pointer(void* ptr) {
+  if (ptr) instance().release(ptr);
+}
+
+// Called from deleters, which must not throw: tries every owner in turn.
+void CpuAllocator::release(void* ptr) {
+  std::shared_ptr<CachingAllocator> current;
+  std::vector<std::shared_ptr<torchmem::Allocator>> others;
+  c10::DeleterFnPtr previous_deleter;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    current = caching_;
+    previous_deleter = previous_deleter_;
+  }
+  if (current && current->try_deallocate(ptr)) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    others.assign(routed_.begin(), routed_.end());
+    others.insert(others.end(), retired_.begin(), retired_.end());
+  }
+  for (auto& owner : others) {
+    if (owner->owns(ptr)) {
+      try {
+        owner->deallocate(ptr);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "torchmem: %s\n", e.what());
+      }
+      return;
+    }
+  }
+  if (previous_deleter) {
+    previous_deleter(ptr);
+  } else {
+    std::fprintf(stderr, "torchmem: ignoring free of %p, which no allocator owns\n", ptr);
+  }
+}
+
+}  // namespace torchmem::glue

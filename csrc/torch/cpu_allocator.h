@@ -1,0 +1,69 @@
+// CpuAllocator: the c10::Allocator that makes torchmem PyTorch's CPU
+// allocator (c10::SetAllocator(kCPU, ...)).
+//
+// Contract and pitfalls (see docs/design.md, "PyTorch's hooks"):
+// - One instance for the whole process, never destroyed: storages keep a
+//   pointer to the allocator that made them and call it after uninstall().
+// - raw_deleter() is implemented and each DataPtr's context equals its data
+//   pointer (zero-byte allocations: both null), so raw_allocate /
+//   raw_deallocate (used by oneDNN) work.
+// - The deleter hands pointers it does not own (made before install()) to the
+//   previous allocator's deleter.
+// - A thread may route its allocations to another torchmem Allocator (an
+//   arena) with push_thread_allocator(); the deleter finds it again on any
+//   thread while it has live allocations.
+// - install()/uninstall() are not thread safe with respect to concurrent
+//   allocation by other threads (neither is c10::SetAllocator).
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/alloc_config.h"
+#include "core/caching_allocator.h"
+#include "core/host_device.h"
+
+namespace torchmem::glue {
+
+class CpuAllocator final : public c10::Allocator {
+ public:
+  static CpuAllocator& instance();
+
+  // Makes torchmem the CPU allocator with this config. Reinstalling with a
+  // different config starts a new caching allocator; the old one empties its
+  // cache and keeps serving frees of its live blocks. Throws std::runtime_error
+  // when c10 keeps another allocator (one registered with a higher priority).
+  void install(const AllocatorConfig& config);
+  void uninstall();
+  bool installed() const { return installed_; }
+
+  // The caching allocator serving allocations (null before the first install).
+  std::shared_ptr<CachingAllocator> caching() const;
+
+  static void push_thread_allocator(std::shared_ptr<torchmem::Allocator> allocator);
+  static void pop_thread_allocator();
+
+  c10::DataPtr allocate(size_t n) override;
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_pointer; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+ private:
+  CpuAllocator() = default;
+  static void delete_pointer(void* ptr);
+  void release(void* ptr);
+
+  mutable std::mutex mutex_;
+  bool installed_ = false;
+  c10::Allocator* previous_ = nullptr;
+  c10::DeleterFnPtr previous_deleter_ = nullptr;
+  std::shared_ptr<HostDevice> device_;
+  std::shared_ptr<CachingAllocator> caching_;
+  std::vector<std::shared_ptr<HostDevice>> retired_devices_;
+  std::vector<std::shared_ptr<CachingAllocator>> retired_;   // still own live blocks
+  std::vector<std::shared_ptr<torchmem::Allocator>> routed_;           // thread allocators seen
+};
+
+}  // namespace torchmem::glue

@@ -1,0 +1,44 @@
+"""torchmem: a memory toolkit for PyTorch.
+
+One line swaps PyTorch's allocator for torchmem's caching allocator::
+
+    import torchmem
+    torchmem.install()          # CPU: replaces PyTorch's CPU allocator
+
+and the functions below mirror ``torch.cuda.memory``: ``memory_stats()``,
+``memory_allocated()``, ``memory_reserved()``, ``empty_cache()``,
+``memory_summary()`` and friends.
+"""
+from torchmem._install import install, installed, uninstall
+from torchmem.memory import (
+    caching_allocator,
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from torchmem.summary import memory_summary
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "caching_allocator",
+    "empty_cache",
+    "install",
+    "installed",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "set_per_process_memory_fraction",
+    "uninstall",
+]

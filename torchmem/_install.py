@@ -1,0 +1,54 @@
+"""torchmem.install(): make torchmem PyTorch's allocator in one line."""
+from __future__ import annotations
+
+import os
+
+import torch  # noqa: F401  (loads libc10 before the extension)
+
+from torchmem import _C
+
+ENV_CONF = "TORCHMEM_ALLOC_CONF"
+KINDS = ("caching",)
+
+
+def resolve_conf(conf: str | None) -> str:
+    """The config to use: `conf` if given, else $TORCHMEM_ALLOC_CONF, else defaults.
+
+    Raises ValueError naming the key and its allowed values when it is bad.
+    """
+    if conf is None:
+        conf = os.environ.get(ENV_CONF, "")
+    if not isinstance(conf, str):
+        raise TypeError(f"conf must be a string like 'max_split_size_mb:128', not {type(conf).__name__}")
+    return _C.parse_config(conf)
+
+
+def install(kind: str = "caching", conf: str | None = None) -> None:
+    """Make torchmem's caching allocator PyTorch's CPU allocator.
+
+    Args:
+        kind: the allocator; "caching" (PyTorch's native policy).
+        conf: settings in PYTORCH_CUDA_ALLOC_CONF's grammar
+            ("max_split_size_mb:128,garbage_collection_threshold:0.8");
+            defaults to $TORCHMEM_ALLOC_CONF. torchmem adds ``capacity``
+            (e.g. "8GiB") and ``per_process_memory_fraction``.
+
+    Installing again with another config starts a fresh caching allocator;
+    tensors made by the old one are still freed correctly.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
+    _C.cpu_install(resolve_conf(conf))
+
+
+def uninstall() -> None:
+    """Restore the CPU allocator PyTorch had before install().
+
+    Tensors allocated by torchmem stay valid and are freed by torchmem.
+    """
+    _C.cpu_uninstall()
+
+
+def installed() -> bool:
+    """Whether torchmem is PyTorch's CPU allocator now."""
+    return bool(_C.cpu_installed())

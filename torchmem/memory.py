@@ -1,0 +1,101 @@
+"""Statistics of the installed allocator, mirroring torch.cuda.memory.
+
+Keys and meanings are those of ``torch.cuda.memory_stats()``: ``allocated``
+counts bytes in live tensors, ``reserved`` the bytes held from the device
+(allocated plus cached), each with ``.all`` / ``.large_pool`` /
+``.small_pool`` and ``.current`` / ``.peak`` / ``.allocated`` / ``.freed``.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from torchmem import _C
+
+_SUPPORTED_DEVICES = ("cpu", None)
+
+
+def caching_allocator(device: Any = None) -> "_C.CachingAllocator | None":
+    """The caching allocator serving `device` (None before torchmem.install())."""
+    _check_device(device)
+    return _C.cpu_caching_allocator()
+
+
+def _check_device(device: Any) -> None:
+    name = str(device) if device is not None else None
+    if name not in _SUPPORTED_DEVICES:
+        raise ValueError(f"torchmem manages the CPU on this machine; got device {device!r}")
+
+
+def flatten_stats(nested: dict) -> "OrderedDict[str, int]":
+    """{"allocation": {"all": {"current": 1}}} -> {"allocation.all.current": 1}, sorted."""
+    flat: dict[str, int] = {}
+
+    def walk(prefix: str, obj: Any) -> None:
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                walk(f"{prefix}.{key}" if prefix else key, value)
+        else:
+            flat[prefix] = obj
+
+    walk("", nested)
+    return OrderedDict(sorted(flat.items()))
+
+
+def memory_stats(device: Any = None) -> "OrderedDict[str, int]":
+    """All statistics, under the keys of torch.cuda.memory_stats(); empty before install()."""
+    allocator = caching_allocator(device)
+    return flatten_stats(allocator.stats()) if allocator else OrderedDict()
+
+
+def _stat(key: str, device: Any) -> int:
+    return int(memory_stats(device).get(key, 0))
+
+
+def memory_allocated(device: Any = None) -> int:
+    """Bytes in live allocations."""
+    return _stat("allocated_bytes.all.current", device)
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    """Peak of memory_allocated() since start or reset_peak_memory_stats()."""
+    return _stat("allocated_bytes.all.peak", device)
+
+
+def memory_reserved(device: Any = None) -> int:
+    """Bytes held from the device: allocated plus cached."""
+    return _stat("reserved_bytes.all.current", device)
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    """Peak of memory_reserved() since start or reset_peak_memory_stats()."""
+    return _stat("reserved_bytes.all.peak", device)
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    """Set every peak to its current value."""
+    allocator = caching_allocator(device)
+    if allocator:
+        allocator.reset_peak_stats()
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    """Zero the accumulated counters (.allocated, .freed, num_*)."""
+    allocator = caching_allocator(device)
+    if allocator:
+        allocator.reset_accumulated_stats()
+
+
+def empty_cache(device: Any = None) -> None:
+    """Return every cached, unused segment to the device."""
+    allocator = caching_allocator(device)
+    if allocator:
+        allocator.empty_cache()
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Cap reserved memory at fraction * device capacity (and enable garbage collection)."""
+    allocator = caching_allocator(device)
+    if allocator is None:
+        raise RuntimeError("torchmem is not installed: call torchmem.install() first")
+    allocator.set_memory_fraction(float(fraction))
