@@ -209,7 +209,7 @@ std::string AllocatorConfig::to_string() const {
   }
   if (garbage_collection_threshold != 0.0) item("garbage_collection_threshold", std::to_string(garbage_collection_threshold));
   if (expandable_segments) item("expandable_segments", "True");
-  if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
+  if (per_process_memory_fraction != 0.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
   if (capacity != 0) item("capacity", std::to_string(capacity));
   return out.str();
 }

@@ -33,7 +33,7 @@ struct AllocatorConfig {
   std::array<size_t, kRoundUpPowerOfTwoIntervals> roundup_power2_divisions{};
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
-  double per_process_memory_fraction = 1.0;
+  double per_process_memory_fraction = 0.0;  // 0: not set (no limit, no garbage collection)
   size_t capacity = 0;  // 0: the device's own
 
   static AllocatorConfig parse(const std::string& text);

@@ -92,7 +92,7 @@ CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
     : device_(device), config_(config) {
   stats_.max_split_size = static_cast<int64_t>(
       std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
-  if (config_.per_process_memory_fraction != 1.0) set_memory_fraction(config_.per_process_memory_fraction);
+  if (config_.per_process_memory_fraction > 0.0) set_memory_fraction(config_.per_process_memory_fraction);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -463,11 +463,8 @@ void CachingAllocator::throw_oom(const Request& r) {
       << format_size(info.device_free) << " is free. Of the allocated memory " << format_size(info.allocated)
       << " is allocated by PyTorch, and " << format_size(info.reserved - info.allocated)
       << " is reserved by PyTorch but unallocated; the largest free block is " << format_size(info.largest_free)
-      << ".";
-  if (info.reserved - info.allocated > info.requested) {
-    msg << " If reserved but unallocated memory is large try setting "
-           "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF on torchmem) to avoid fragmentation.";
-  }
+      << ". If reserved but unallocated memory is large try setting "
+         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF for torchmem) to avoid fragmentation.";
   throw OutOfMemory(msg.str(), info);
 }
 

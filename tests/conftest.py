@@ -1,0 +1,47 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from torchmem import _C
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sim_allocator(capacity: int = 80 * GiB, conf: str = "") -> "_C.CachingAllocator":
+    """A caching allocator on a simulated device of `capacity` bytes."""
+    return _C.CachingAllocator(_C.SimDevice(capacity), conf)
+
+
+def block_of(allocator, addr: int) -> dict:
+    """The block at `addr`, with its segment under key "segment"."""
+    for seg in allocator.segments():
+        for block in seg["blocks"]:
+            if block["address"] == addr:
+                return dict(block, segment=seg)
+    raise KeyError(hex(addr))
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (for tests that swap PyTorch's allocator)."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture
+def sim():
+    return sim_allocator

@@ -1,0 +1,148 @@
+"""One conformance suite, run against every allocator torchmem has.
+
+Each allocator is reached through the same small interface: allocate(size)
+-> address, deallocate(address), owns(address). Host-backed allocators also
+get their memory written and read back, so overlapping blocks would show as
+corrupted data.
+"""
+import ctypes
+import random
+import threading
+
+import pytest
+
+from torchmem import _C
+
+from conftest import MiB
+
+
+def _caching_host():
+    return _C.CachingAllocator(_C.HostDevice(), ""), True
+
+
+def _caching_sim():
+    return _C.CachingAllocator(_C.SimDevice(64 << 30), ""), False
+
+
+def _caching_host_small_split():
+    return _C.CachingAllocator(_C.HostDevice(), "max_split_size_mb:21,roundup_power2_divisions:4"), True
+
+
+FACTORIES = {
+    "caching-host": _caching_host,
+    "caching-sim": _caching_sim,
+    "caching-host-tuned": _caching_host_small_split,
+}
+
+
+def register(name, factory):
+    """Add an allocator to the suite: factory() -> (allocator, host_backed)."""
+    FACTORIES[name] = factory
+
+
+try:  # allocators that land in their own modules join the suite here
+    from torchmem.arena import conformance_factories as _arena_factories
+
+    for _name, _factory in _arena_factories().items():
+        register(_name, _factory)
+except ImportError:
+    pass
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+def subject(request):
+    allocator, host_backed = FACTORIES[request.param]()
+    yield allocator, host_backed
+    if hasattr(allocator, "check_invariants"):
+        allocator.check_invariants()
+
+
+def fill(addr, size, seed):
+    ctypes.memset(addr, seed & 0xFF, size)
+
+
+def intact(addr, size, seed):
+    return ctypes.string_at(addr, size) == bytes([seed & 0xFF]) * size
+
+
+def test_zero_size_is_null(subject):
+    a, _ = subject
+    assert a.allocate(0) == 0
+    a.deallocate(0)
+
+
+@pytest.mark.parametrize("size", [1, 3, 511, 512, 513, 4097, 1 << 20, (1 << 20) + 1, 3 * MiB + 7, 11 * MiB + 1])
+def test_odd_sizes_are_aligned_and_usable(subject, size):
+    a, host = subject
+    p = a.allocate(size)
+    assert p % 64 == 0
+    assert a.owns(p)
+    if host:
+        fill(p, size, 0xA5)
+        assert intact(p, size, 0xA5)
+    a.deallocate(p)
+
+
+def test_random_mix_keeps_every_block_intact(subject):
+    a, host = subject
+    rng = random.Random(7)
+    live = {}
+    for step in range(600):
+        if live and rng.random() < 0.45:
+            p, (size, seed) = live.popitem()
+            if host:
+                assert intact(p, size, seed), f"block {p:#x} corrupted by step {step}"
+            a.deallocate(p)
+        else:
+            size = rng.choice([rng.randint(1, 4096), rng.randint(1, 2 * MiB), rng.randint(1, 24 * MiB)])
+            p = a.allocate(size)
+            assert p not in live
+            if host:
+                fill(p, size, step)
+            live[p] = (size, step)
+    for p, (size, seed) in live.items():
+        if host:
+            assert intact(p, size, seed)
+        a.deallocate(p)
+
+
+def test_several_threads(subject):
+    a, host = subject
+    errors = []
+
+    def worker(seed):
+        rng = random.Random(seed)
+        mine = []
+        try:
+            for _ in range(400):
+                if mine and rng.random() < 0.5:
+                    p, size, tag = mine.pop(rng.randrange(len(mine)))
+                    if host and not intact(p, min(size, 256), tag):
+                        errors.append(f"thread {seed}: block {p:#x} corrupted")
+                    a.deallocate(p)
+                else:
+                    size = rng.randint(1, 3 * MiB)
+                    p = a.allocate(size)
+                    if host:
+                        fill(p, min(size, 256), seed)
+                    mine.append((p, size, seed))
+            for p, _, _ in mine:
+                a.deallocate(p)
+        except Exception as exc:  # surfaced below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_foreign_pointer_is_rejected(subject):
+    a, _ = subject
+    p = a.allocate(100)
+    assert not a.owns(p + 64)
+    with pytest.raises(ValueError):
+        a.deallocate(p + 64)
+    a.deallocate(p)
