@@ -1,5 +1,5 @@
 """A paged KV cache: one tensor cut into fixed-size blocks, handed out to
-sequences by the C++ block pool (``torchmem._C.BlockPool``).
+sequences by the C++ block pool (``torchmem._C.PagedBlockPool``).
 
     cache = PagedKVCache(num_blocks=1024, block_size=16, num_heads=8, head_dim=64,
                          dtype=torch.float16, device="cuda")
@@ -93,7 +93,7 @@ class PagedKVCache:
         self.device = torch.device(device if device is not None else "cpu")
         self.enable_prefix_caching = enable_prefix_caching
         self.raise_on_exhausted = raise_on_exhausted
-        self.pool = _C.BlockPool(num_blocks)
+        self.pool = _C.PagedBlockPool(num_blocks)
         self.kv = torch.zeros(
             (num_layers, 2, num_blocks, block_size, num_heads, head_dim), dtype=dtype, device=self.device
         )

@@ -34,7 +34,7 @@ py::dict arena_stats_to_dict(const ArenaStats& s) {
   return d;
 }
 
-py::dict pool_stats_to_dict(const BlockPoolStats& s) {
+py::dict pool_stats_to_dict(const PagedBlockPoolStats& s) {
   py::dict d;
   d["allocations"] = s.allocations;
   d["releases"] = s.releases;
@@ -61,7 +61,9 @@ void bind_paged(py::module_& m) {
              options.default_alignment = alignment;
              return std::make_shared<Arena>(std::move(device), options, std::move(fallback));
            }),
-           py::arg("device"), py::arg("capacity"), py::arg("alignment") = 64, py::arg("fallback") = nullptr)
+           py::arg("device"), py::arg("capacity"), py::arg("alignment") = 64, py::arg("fallback") = nullptr,
+           // The fallback's Python object may own what the fallback needs (its device).
+           py::keep_alive<1, 5>())
       .def(
           "allocate",
           [](Arena& a, size_t size, size_t alignment) {
@@ -82,20 +84,20 @@ void bind_paged(py::module_& m) {
       .def_property_readonly("base", &Arena::base)
       .def_property_readonly("device", [](Arena& a) { return a.device().name(); });
 
-  py::class_<BlockPool, std::shared_ptr<BlockPool>>(m, "BlockPool")
+  py::class_<PagedBlockPool, std::shared_ptr<PagedBlockPool>>(m, "PagedBlockPool")
       .def(py::init<int32_t>(), py::arg("num_blocks"))
-      .def_property_readonly("num_blocks", &BlockPool::num_blocks)
-      .def_property_readonly("num_free", &BlockPool::num_free)
-      .def_property_readonly("num_parked", &BlockPool::num_parked)
-      .def_property_readonly("num_used", &BlockPool::num_used)
-      .def("ref_count", &BlockPool::ref_count, py::arg("block"))
-      .def("allocate", &BlockPool::allocate)
-      .def("try_allocate", &BlockPool::try_allocate, "A block id, or -1 when none is free.")
-      .def("release", &BlockPool::release, py::arg("block"))
-      .def("retain", &BlockPool::retain, py::arg("block"))
+      .def_property_readonly("num_blocks", &PagedBlockPool::num_blocks)
+      .def_property_readonly("num_free", &PagedBlockPool::num_free)
+      .def_property_readonly("num_parked", &PagedBlockPool::num_parked)
+      .def_property_readonly("num_used", &PagedBlockPool::num_used)
+      .def("ref_count", &PagedBlockPool::ref_count, py::arg("block"))
+      .def("allocate", &PagedBlockPool::allocate)
+      .def("try_allocate", &PagedBlockPool::try_allocate, "A block id, or -1 when none is free.")
+      .def("release", &PagedBlockPool::release, py::arg("block"))
+      .def("retain", &PagedBlockPool::retain, py::arg("block"))
       .def(
           "allocate_n",
-          [](BlockPool& p, size_t n) {
+          [](PagedBlockPool& p, size_t n) {
             std::vector<BlockId> out(n);
             p.allocate_n(n, out.data());
             return out;
@@ -103,34 +105,34 @@ void bind_paged(py::module_& m) {
           py::arg("n"))
       .def(
           "try_allocate_n",
-          [](BlockPool& p, size_t n) -> py::object {
+          [](PagedBlockPool& p, size_t n) -> py::object {
             std::vector<BlockId> out(n);
             if (!p.try_allocate_n(n, out.data())) return py::none();
             return py::cast(out);
           },
           py::arg("n"), "A list of n block ids, or None (nothing allocated) when fewer are free.")
-      .def("release_n", [](BlockPool& p, const std::vector<BlockId>& ids) { p.release_n(ids.data(), ids.size()); },
+      .def("release_n", [](PagedBlockPool& p, const std::vector<BlockId>& ids) { p.release_n(ids.data(), ids.size()); },
            py::arg("blocks"))
-      .def("retain_n", [](BlockPool& p, const std::vector<BlockId>& ids) { p.retain_n(ids.data(), ids.size()); },
+      .def("retain_n", [](PagedBlockPool& p, const std::vector<BlockId>& ids) { p.retain_n(ids.data(), ids.size()); },
            py::arg("blocks"))
-      .def("make_writable", &BlockPool::make_writable, py::arg("block"), py::arg("copy"),
+      .def("make_writable", &PagedBlockPool::make_writable, py::arg("block"), py::arg("copy"),
            "copy(src, dst) is called when the block is shared; returns the writable block.")
       .def(
           "allocate_and_make_writable",
-          [](BlockPool& p, size_t n_new, std::vector<BlockId> last) {
+          [](PagedBlockPool& p, size_t n_new, std::vector<BlockId> last) {
             std::vector<BlockId> fresh(n_new);
-            std::vector<BlockPool::Copy> copies;
+            std::vector<PagedBlockPool::Copy> copies;
             p.allocate_and_make_writable(n_new, fresh.data(), last.data(), last.size(), &copies);
             return std::make_tuple(std::move(fresh), std::move(last), std::move(copies));
           },
           py::arg("n_new"), py::arg("last"),
           "Returns (new blocks, writable last blocks, [(src, dst) copies to perform]); all or nothing.")
-      .def("set_hash", &BlockPool::set_hash, py::arg("block"), py::arg("hash"))
-      .def("acquire_cached", &BlockPool::acquire_cached, py::arg("hash"))
-      .def("lookup", &BlockPool::lookup, py::arg("hash"))
-      .def("has_hash", &BlockPool::has_hash, py::arg("block"))
-      .def("stats", [](const BlockPool& p) { return pool_stats_to_dict(p.stats()); })
-      .def("check_invariants", &BlockPool::check_invariants);
+      .def("set_hash", &PagedBlockPool::set_hash, py::arg("block"), py::arg("hash"))
+      .def("acquire_cached", &PagedBlockPool::acquire_cached, py::arg("hash"))
+      .def("lookup", &PagedBlockPool::lookup, py::arg("hash"))
+      .def("has_hash", &PagedBlockPool::has_hash, py::arg("block"))
+      .def("stats", [](const PagedBlockPool& p) { return pool_stats_to_dict(p.stats()); })
+      .def("check_invariants", &PagedBlockPool::check_invariants);
 }
 
 }  // namespace torchmem::bindings

@@ -5,7 +5,7 @@
 
 namespace torchmem {
 
-BlockPool::BlockPool(int32_t num_blocks)
+PagedBlockPool::PagedBlockPool(int32_t num_blocks)
     : num_blocks_(num_blocks),
       ref_(num_blocks > 0 ? num_blocks : 0, 0),
       free_(num_blocks > 0 ? num_blocks : 0),
@@ -14,45 +14,45 @@ BlockPool::BlockPool(int32_t num_blocks)
       hash_(num_blocks > 0 ? num_blocks : 0, 0),
       hashed_(num_blocks > 0 ? num_blocks : 0, 0),
       scratch_(num_blocks > 0 ? num_blocks : 0, 0) {
-  if (num_blocks <= 0) throw std::invalid_argument("BlockPool: num_blocks must be positive");
+  if (num_blocks <= 0) throw std::invalid_argument("PagedBlockPool: num_blocks must be positive");
   // The top of the stack is the end: push ids descending so 0 comes out first.
   for (int32_t i = 0; i < num_blocks; ++i) free_[i] = num_blocks - 1 - i;
   free_top_ = num_blocks;
   prev_[num_blocks] = next_[num_blocks] = num_blocks;
 }
 
-void BlockPool::check_id(BlockId id, const char* what) const {
+void PagedBlockPool::check_id(BlockId id, const char* what) const {
   if (id < 0 || id >= num_blocks_)
-    throw std::invalid_argument(std::string("BlockPool.") + what + ": block id " + std::to_string(id) +
+    throw std::invalid_argument(std::string("PagedBlockPool.") + what + ": block id " + std::to_string(id) +
                                 " out of range [0, " + std::to_string(num_blocks_) + ")");
 }
 
-void BlockPool::check_used(BlockId id, const char* what) const {
+void PagedBlockPool::check_used(BlockId id, const char* what) const {
   check_id(id, what);
   if (ref_[id] == 0)
-    throw std::invalid_argument(std::string("BlockPool.") + what + ": block " + std::to_string(id) +
+    throw std::invalid_argument(std::string("PagedBlockPool.") + what + ": block " + std::to_string(id) +
                                 " is not in use (already released, or never allocated)");
 }
 
-void BlockPool::throw_exhausted(size_t wanted) const {
+void PagedBlockPool::throw_exhausted(size_t wanted) const {
   OomInfo info;
   info.requested = wanted;
   info.allocated = static_cast<size_t>(num_used());
   info.reserved = static_cast<size_t>(num_blocks_);
   info.device_total = static_cast<size_t>(num_blocks_);
   info.device_free = static_cast<size_t>(num_free());
-  throw OutOfBlocks("BlockPool out of blocks: " + std::to_string(wanted) + " requested, " +
+  throw OutOfBlocks("PagedBlockPool out of blocks: " + std::to_string(wanted) + " requested, " +
                         std::to_string(num_free()) + " free of " + std::to_string(num_blocks_),
                     info);
 }
 
-int32_t BlockPool::ref_count(BlockId id) const {
+int32_t PagedBlockPool::ref_count(BlockId id) const {
   check_id(id, "ref_count");
   return ref_[id];
 }
 
 // Callers have checked that num_free() > 0.
-BlockId BlockPool::pop_block() {
+BlockId PagedBlockPool::pop_block() {
   BlockId id;
   if (free_top_ > 0) {
     id = free_[--free_top_];
@@ -67,7 +67,7 @@ BlockId BlockPool::pop_block() {
   return id;
 }
 
-void BlockPool::drop_ref(BlockId id) {
+void PagedBlockPool::drop_ref(BlockId id) {
   ++stats_.releases;
   if (--ref_[id] != 0) return;
   if (hashed_[id])
@@ -76,14 +76,14 @@ void BlockPool::drop_ref(BlockId id) {
     free_[free_top_++] = id;
 }
 
-void BlockPool::unhash(BlockId id) {
+void PagedBlockPool::unhash(BlockId id) {
   if (!hashed_[id]) return;
   index_.erase(hash_[id]);
   hashed_[id] = 0;
   hash_[id] = 0;
 }
 
-void BlockPool::lru_push_back(BlockId id) {
+void PagedBlockPool::lru_push_back(BlockId id) {
   const BlockId tail = prev_[num_blocks_];
   prev_[id] = tail;
   next_[id] = num_blocks_;
@@ -92,47 +92,47 @@ void BlockPool::lru_push_back(BlockId id) {
   ++num_parked_;
 }
 
-void BlockPool::lru_unlink(BlockId id) {
+void PagedBlockPool::lru_unlink(BlockId id) {
   next_[prev_[id]] = next_[id];
   prev_[next_[id]] = prev_[id];
   --num_parked_;
 }
 
-BlockId BlockPool::allocate() {
+BlockId PagedBlockPool::allocate() {
   if (num_free() == 0) throw_exhausted(1);
   return pop_block();
 }
 
-BlockId BlockPool::try_allocate() { return num_free() == 0 ? kNoBlock : pop_block(); }
+BlockId PagedBlockPool::try_allocate() { return num_free() == 0 ? kNoBlock : pop_block(); }
 
-void BlockPool::release(BlockId id) {
+void PagedBlockPool::release(BlockId id) {
   check_used(id, "release");
   drop_ref(id);
 }
 
-void BlockPool::retain(BlockId id) {
+void PagedBlockPool::retain(BlockId id) {
   check_used(id, "retain");
   ++ref_[id];
 }
 
-void BlockPool::allocate_n(size_t n, BlockId* out) {
+void PagedBlockPool::allocate_n(size_t n, BlockId* out) {
   if (n > static_cast<size_t>(num_free())) throw_exhausted(n);
   for (size_t i = 0; i < n; ++i) out[i] = pop_block();
 }
 
-bool BlockPool::try_allocate_n(size_t n, BlockId* out) {
+bool PagedBlockPool::try_allocate_n(size_t n, BlockId* out) {
   if (n > static_cast<size_t>(num_free())) return false;
   for (size_t i = 0; i < n; ++i) out[i] = pop_block();
   return true;
 }
 
-void BlockPool::validate_batch(const BlockId* ids, size_t n, const char* what, bool releasing) const {
+void PagedBlockPool::validate_batch(const BlockId* ids, size_t n, const char* what, bool releasing) const {
   size_t i = 0;
   try {
     for (; i < n; ++i) {
       check_used(ids[i], what);
       if (releasing && ++scratch_[ids[i]] > ref_[ids[i]])
-        throw std::invalid_argument(std::string("BlockPool.") + what + ": block " + std::to_string(ids[i]) +
+        throw std::invalid_argument(std::string("PagedBlockPool.") + what + ": block " + std::to_string(ids[i]) +
                                     " released more times than it is referenced (" +
                                     std::to_string(ref_[ids[i]]) + ")");
     }
@@ -146,17 +146,17 @@ void BlockPool::validate_batch(const BlockId* ids, size_t n, const char* what, b
     for (size_t j = 0; j < n; ++j) scratch_[ids[j]] = 0;
 }
 
-void BlockPool::release_n(const BlockId* ids, size_t n) {
+void PagedBlockPool::release_n(const BlockId* ids, size_t n) {
   validate_batch(ids, n, "release", true);
   for (size_t i = 0; i < n; ++i) drop_ref(ids[i]);
 }
 
-void BlockPool::retain_n(const BlockId* ids, size_t n) {
+void PagedBlockPool::retain_n(const BlockId* ids, size_t n) {
   validate_batch(ids, n, "retain", false);
   for (size_t i = 0; i < n; ++i) ++ref_[ids[i]];
 }
 
-BlockId BlockPool::make_writable(BlockId id, const CopyFn& copy) {
+BlockId PagedBlockPool::make_writable(BlockId id, const CopyFn& copy) {
   check_used(id, "make_writable");
   if (ref_[id] == 1) {
     unhash(id);
@@ -178,7 +178,7 @@ BlockId BlockPool::make_writable(BlockId id, const CopyFn& copy) {
   return dst;
 }
 
-void BlockPool::allocate_and_make_writable(size_t n_new, BlockId* new_out, BlockId* last, size_t n_last,
+void PagedBlockPool::allocate_and_make_writable(size_t n_new, BlockId* new_out, BlockId* last, size_t n_last,
                                            std::vector<Copy>* copies) {
   // Count the copies n_last sequential make_writable calls would make: the
   // k-th occurrence of a block with ref r copies iff r - k > 1.
@@ -212,12 +212,12 @@ void BlockPool::allocate_and_make_writable(size_t n_new, BlockId* new_out, Block
   }
 }
 
-bool BlockPool::set_hash(BlockId id, uint64_t hash) {
+bool PagedBlockPool::set_hash(BlockId id, uint64_t hash) {
   check_used(id, "set_hash");
   auto it = index_.find(hash);
   if (it != index_.end()) return it->second == id;
   if (hashed_[id])
-    throw std::invalid_argument("BlockPool.set_hash: block " + std::to_string(id) +
+    throw std::invalid_argument("PagedBlockPool.set_hash: block " + std::to_string(id) +
                                 " is already registered under another hash");
   index_.emplace(hash, id);
   hash_[id] = hash;
@@ -225,7 +225,7 @@ bool BlockPool::set_hash(BlockId id, uint64_t hash) {
   return true;
 }
 
-BlockId BlockPool::acquire_cached(uint64_t hash) {
+BlockId PagedBlockPool::acquire_cached(uint64_t hash) {
   auto it = index_.find(hash);
   if (it == index_.end()) {
     ++stats_.cache_misses;
@@ -238,18 +238,18 @@ BlockId BlockPool::acquire_cached(uint64_t hash) {
   return id;
 }
 
-BlockId BlockPool::lookup(uint64_t hash) const {
+BlockId PagedBlockPool::lookup(uint64_t hash) const {
   auto it = index_.find(hash);
   return it == index_.end() ? kNoBlock : it->second;
 }
 
-bool BlockPool::has_hash(BlockId id) const {
+bool PagedBlockPool::has_hash(BlockId id) const {
   check_id(id, "has_hash");
   return hashed_[id] != 0;
 }
 
-void BlockPool::check_invariants() const {
-  auto fail = [](const std::string& what) { throw std::logic_error("BlockPool invariant broken: " + what); };
+void PagedBlockPool::check_invariants() const {
+  auto fail = [](const std::string& what) { throw std::logic_error("PagedBlockPool invariant broken: " + what); };
   std::vector<uint8_t> seen(num_blocks_, 0);  // 1 = free stack, 2 = parked
   if (free_top_ < 0 || free_top_ > num_blocks_) fail("free stack size");
   for (int32_t i = 0; i < free_top_; ++i) {

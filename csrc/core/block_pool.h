@@ -1,4 +1,4 @@
-// BlockPool: the paged block allocator behind a paged KV cache.
+// PagedBlockPool: the paged block allocator behind a paged KV cache.
 //
 // A fixed number of equal blocks, identified by 0 <= id < num_blocks; the
 // memory they stand for lives elsewhere (one tensor cut into pages): the pool
@@ -51,7 +51,7 @@ class OutOfBlocks : public OutOfMemory {
   OutOfBlocks(const std::string& message, const OomInfo& info) : OutOfMemory(message, info) {}
 };
 
-struct BlockPoolStats {
+struct PagedBlockPoolStats {
   int64_t allocations = 0;   // blocks handed out (copies included)
   int64_t releases = 0;      // references dropped
   int64_t copies = 0;        // copy-on-write copies
@@ -60,12 +60,12 @@ struct BlockPoolStats {
   int64_t evictions = 0;     // parked blocks taken back for allocation
 };
 
-class BlockPool {
+class PagedBlockPool {
  public:
   using CopyFn = std::function<void(BlockId src, BlockId dst)>;
   using Copy = std::pair<BlockId, BlockId>;  // (src, dst)
 
-  explicit BlockPool(int32_t num_blocks);
+  explicit PagedBlockPool(int32_t num_blocks);
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t num_free() const { return free_top_ + num_parked_; }
@@ -109,7 +109,7 @@ class BlockPool {
   BlockId lookup(uint64_t hash) const;
   bool has_hash(BlockId id) const;
 
-  const BlockPoolStats& stats() const { return stats_; }
+  const PagedBlockPoolStats& stats() const { return stats_; }
   // Throws std::logic_error describing the first broken invariant.
   void check_invariants() const;
 
@@ -137,7 +137,7 @@ class BlockPool {
   std::vector<uint8_t> hashed_;
   std::unordered_map<uint64_t, BlockId> index_;
   mutable std::vector<int32_t> scratch_;  // per-block counters for batch checks
-  BlockPoolStats stats_;
+  PagedBlockPoolStats stats_;
 };
 
 }  // namespace torchmem

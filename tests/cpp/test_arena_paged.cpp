@@ -247,7 +247,7 @@ static void test_pmr_and_aligned_allocator() {
 
 static void test_block_pool_scenario() {
   // The scenario on an 8-block pool.
-  BlockPool pool(8);
+  PagedBlockPool pool(8);
   BlockId a[3];
   pool.allocate_n(3, a);
   CHECK(a[0] == 0 && a[1] == 1 && a[2] == 2 && pool.num_free() == 5);
@@ -271,7 +271,7 @@ static void test_block_pool_scenario() {
 }
 
 static void test_block_pool_errors() {
-  BlockPool pool(4);
+  PagedBlockPool pool(4);
   const BlockId x = pool.allocate();
   CHECK(throws<std::invalid_argument>([&] { pool.release(7); }));
   CHECK(throws<std::invalid_argument>([&] { pool.release(-1); }));
@@ -306,17 +306,17 @@ static void test_block_pool_errors() {
       [&] { pool.make_writable(more[0], [](BlockId, BlockId) { throw std::runtime_error("copy failed"); }); }));
   CHECK(pool.num_free() == free_before && pool.ref_count(more[0]) == 2);
   pool.check_invariants();
-  CHECK(throws<std::invalid_argument>([] { BlockPool empty(0); }));
+  CHECK(throws<std::invalid_argument>([] { PagedBlockPool empty(0); }));
 }
 
 static void test_block_pool_step_and_prefix_cache() {
-  BlockPool pool(6);
+  PagedBlockPool pool(6);
   BlockId a = pool.allocate();
   pool.retain(a);
   pool.retain(a);  // three holders
   BlockId last[3] = {a, a, a};
   BlockId fresh[1];
-  std::vector<BlockPool::Copy> copies;
+  std::vector<PagedBlockPool::Copy> copies;
   pool.allocate_and_make_writable(1, fresh, last, 3, &copies);
   CHECK(copies.size() == 2 && last[2] == a && last[0] != a && last[1] != a);
   CHECK(pool.ref_count(a) == 1 && pool.num_free() == 2);
@@ -330,7 +330,7 @@ static void test_block_pool_step_and_prefix_cache() {
   pool.check_invariants();
 
   // Prefix cache: parked blocks count as free, revive on a hit, evict LRU.
-  BlockPool cache(4);
+  PagedBlockPool cache(4);
   BlockId s[3];
   cache.allocate_n(3, s);
   CHECK(cache.set_hash(s[0], 100) && cache.set_hash(s[1], 101) && cache.set_hash(s[2], 102));
@@ -350,7 +350,7 @@ static void test_block_pool_step_and_prefix_cache() {
 
 static void test_block_pool_random() {
   std::mt19937 rng(7);
-  BlockPool pool(32);
+  PagedBlockPool pool(32);
   std::vector<int32_t> refs(32, 0);
   std::vector<BlockId> held;
   for (int step = 0; step < 20000; ++step) {
