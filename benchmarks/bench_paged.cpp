@@ -9,7 +9,9 @@
 
 #include "core/arena.h"
 #include "core/block_pool.h"
+#ifndef TORCHMEM_BENCH_NO_CACHING
 #include "core/caching_allocator.h"
+#endif
 #include "core/host_device.h"
 
 using namespace torchmem;
@@ -118,6 +120,10 @@ int main() {
       }
       sink = reinterpret_cast<uintptr_t>(ptrs[0]);
     });
+    const double n = static_cast<double>(steps) * per_step;
+    std::printf("arena_alloc_free_per_s %.1f M/s\n", n / arena_s / 1e6);
+    std::printf("arena_alloc_reset_only_per_s %.1f M/s\n", n / arena_bump_s / 1e6);
+#ifndef TORCHMEM_BENCH_NO_CACHING
     CachingAllocator caching(device);
     const double caching_s = best_seconds(repeats, [&] {
       for (int st = 0; st < steps; ++st) {
@@ -126,10 +132,8 @@ int main() {
       }
       sink = reinterpret_cast<uintptr_t>(ptrs[0]);
     });
-    const double n = static_cast<double>(steps) * per_step;
-    std::printf("arena_alloc_free_per_s %.1f M/s\n", n / arena_s / 1e6);
-    std::printf("arena_alloc_reset_only_per_s %.1f M/s\n", n / arena_bump_s / 1e6);
     std::printf("caching_alloc_free_per_s %.1f M/s\n", n / caching_s / 1e6);
+#endif
   }
   return 0;
 }

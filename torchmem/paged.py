@@ -36,6 +36,7 @@ Not thread safe: one scheduler thread drives a cache.
 """
 from __future__ import annotations
 
+from array import array
 from typing import NamedTuple, Sequence
 
 import torch
@@ -155,7 +156,7 @@ class PagedKVCache:
     def gather(self, layer: int, seq_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         """A sequence's keys and values in token order, [num_tokens, num_heads, head_dim]."""
         slots = self._slots_of(self._seq(seq_id), 0, self._seq(seq_id).num_tokens)
-        index = torch.tensor(slots, dtype=torch.int64, device=self.device)
+        index = self._index(slots)
         return self.key_cache(layer)[index], self.value_cache(layer)[index]
 
     # ------------------------------------------------------------ sequences
@@ -196,7 +197,7 @@ class PagedKVCache:
         seq_id = self._new_id()
         self._seqs[seq_id] = seq
         slots = self._slots_of(seq, cached, n)
-        return NewSequence(seq_id, torch.tensor(slots, dtype=torch.int64, device=self.device), cached)
+        return NewSequence(seq_id, self._index(slots), cached)
 
     def fork(self, seq_id: int) -> int:
         """A child sequence sharing every block of `seq_id` (no copy until written)."""
@@ -246,7 +247,7 @@ class PagedKVCache:
                     self._register_full(seq, first_block, seq.partial[:bs])
                     del seq.partial[:bs]
                     first_block += 1
-        return torch.tensor(self._slots_of(seq, start, start + n), dtype=torch.int64, device=self.device)
+        return self._index(self._slots_of(seq, start, start + n))
 
     def append_tokens(self, seq_ids: Sequence[int], tokens: Sequence[int] | None = None) -> torch.Tensor | None:
         """One decode step: appends one token to each sequence (token ids, or
@@ -258,43 +259,43 @@ class PagedKVCache:
             batch = [seqs[s] for s in seq_ids]
         except KeyError as e:
             raise KeyError(f"PagedKVCache: unknown sequence {e.args[0]}") from None
-        if len(set(map(id, batch))) != len(batch):
+        if len(set(seq_ids)) != len(batch):
             raise ValueError("PagedKVCache.append_tokens: a sequence appears twice in one step")
         if tokens is not None and len(tokens) != len(batch):
             raise ValueError("PagedKVCache.append_tokens: one token per sequence")
-        at_boundary = []
-        partial = []
-        last = []
-        for s in batch:
-            if s.num_tokens % bs:
-                partial.append(s)
-                last.append(s.blocks[-1])
-            else:
-                at_boundary.append(s)
+        at_boundary = [s for s in batch if not s.num_tokens % bs]
+        partial = [s for s in batch if s.num_tokens % bs]
         try:
-            fresh, last, copies = self.pool.allocate_and_make_writable(len(at_boundary), last)
+            fresh, last, copies = self.pool.allocate_and_make_writable(
+                len(at_boundary), [s.blocks[-1] for s in partial])
         except OutOfBlocksError as e:
             return self._exhausted(f"append_tokens for {len(batch)} sequences: {e}")
         if copies:
             self._copy_blocks(copies)
-        for s, b in zip(partial, last):
-            s.blocks[-1] = b
+            for s, b in zip(partial, last):
+                s.blocks[-1] = b
         for s, b in zip(at_boundary, fresh):
             s.blocks.append(b)
         slots = []
-        for i, s in enumerate(batch):
-            n = s.num_tokens
-            slots.append(s.blocks[-1] * bs + n % bs)
-            s.num_tokens = n + 1
-            if s.last_hash is not None:
-                if tokens is None:
-                    s.last_hash = s.partial = None
-                    continue
-                s.partial.append(tokens[i])
-                if len(s.partial) == bs:
-                    self._register_full(s, n // bs, s.partial)
-                    s.partial = []
-        return torch.tensor(slots, dtype=torch.int64, device=self.device)
+        add_slot = slots.append
+        if tokens is None:
+            for s in batch:
+                n = s.num_tokens
+                add_slot(s.blocks[-1] * bs + n % bs)
+                s.num_tokens = n + 1
+                s.last_hash = s.partial = None
+        else:
+            for s, tok in zip(batch, tokens):
+                n = s.num_tokens
+                add_slot(s.blocks[-1] * bs + n % bs)
+                s.num_tokens = n + 1
+                p = s.partial
+                if p is not None:
+                    p.append(tok)
+                    if len(p) == bs:
+                        self._register_full(s, n // bs, p)
+                        s.partial = []
+        return self._index(slots)
 
     def check_invariants(self) -> None:
         """Pool invariants, plus: every sequence holds exactly the blocks its
@@ -323,6 +324,14 @@ class PagedKVCache:
         self._next_id += 1
         return self._next_id - 1
 
+    def _index(self, values: list[int]) -> torch.Tensor:
+        """An int64 tensor on the cache's device (from a buffer: a few times
+        cheaper than torch.tensor(list) on the hot path)."""
+        if not values:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        t = torch.frombuffer(array("q", values), dtype=torch.int64)
+        return t if self.device.type == "cpu" else t.to(self.device, non_blocking=False)
+
     def _slots_of(self, seq: _Seq, start: int, end: int) -> list[int]:
         bs, blocks = self.block_size, seq.blocks
         return [blocks[p // bs] * bs + p % bs for p in range(start, end)]
@@ -335,8 +344,8 @@ class PagedKVCache:
     def _copy_blocks(self, copies) -> None:
         if not copies:
             return
-        src = torch.tensor([c[0] for c in copies], dtype=torch.int64, device=self.device)
-        dst = torch.tensor([c[1] for c in copies], dtype=torch.int64, device=self.device)
+        src = self._index([c[0] for c in copies])
+        dst = self._index([c[1] for c in copies])
         self.kv[:, :, dst] = self.kv[:, :, src]
 
     def _exhausted(self, what: str):
