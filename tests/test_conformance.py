@@ -28,7 +28,12 @@ def _caching_host_small_split():
     return _C.CachingAllocator(_C.HostDevice(), "max_split_size_mb:21,roundup_power2_divisions:4"), True
 
 
+def _caching_host_expandable():
+    return _C.CachingAllocator(_C.HostDevice(), "expandable_segments:True"), True
+
+
 FACTORIES = {
+    "caching-host-expandable": _caching_host_expandable,
     "caching-host": _caching_host,
     "caching-sim": _caching_sim,
     "caching-host-tuned": _caching_host_small_split,

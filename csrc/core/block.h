@@ -6,7 +6,7 @@
 // BlockPool). Invariants (checked by CachingAllocator::check_invariants):
 //   block.addr + block.size == block.next->addr
 //   !(free(block) && free(block.next))           -- free neighbours merge
-//   block in pool  <=>  !block.allocated
+//   block in pool  <=>  !block.allocated  (pool.blocks if mapped, else pool.unmapped)
 #pragma once
 
 #include <cstddef>
@@ -47,9 +47,18 @@ struct BlockBySize {
   }
 };
 
+// Address order, for the unmapped tails of expandable segments.
+struct BlockByAddress {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    return a->addr < b->addr;
+  }
+};
+
 struct BlockPool {
   explicit BlockPool(bool small) : is_small(small) {}
-  std::set<Block*, BlockBySize> blocks;
+  std::set<Block*, BlockBySize> blocks;        // free, mapped blocks
+  std::set<Block*, BlockByAddress> unmapped;   // free, unmapped ranges of expandable segments
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;  // ages blocks for garbage collection
 
@@ -57,7 +66,10 @@ struct BlockPool {
     block->gc_count_base = get_free_blocks_call_count;
     blocks.insert(block);
   }
-  void erase(Block* block) { blocks.erase(block); }
+  void erase(Block* block) {
+    if (block->mapped) blocks.erase(block);
+    else unmapped.erase(block);
+  }
 };
 
 // Plain data for snapshots (torch.cuda.memory._snapshot()'s segments).

@@ -51,12 +51,6 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
   return rounded_floor == size ? size : rounded_floor + step;
 }
 
-template <typename F>
-void for_pool_stats(bool is_small, F f) {
-  f(kAggregate);
-  f(is_small ? kSmallPool : kLargePool);
-}
-
 std::string hex(uintptr_t addr) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
@@ -79,15 +73,6 @@ std::string format_size(size_t bytes) {
   return buf;
 }
 
-struct CachingAllocator::Request {
-  size_t requested;   // bytes asked for
-  size_t size;        // rounded
-  size_t alloc_size;  // segment size if a new segment is needed
-  Stream stream;
-  BlockPool* pool;
-  Block* block = nullptr;
-};
-
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
     : device_(device), config_(config) {
   stats_.max_split_size = static_cast<int64_t>(
@@ -97,16 +82,20 @@ CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
 
 CachingAllocator::~CachingAllocator() {
   std::vector<Block*> all;
-  for (auto* pool : {&large_blocks_, &small_blocks_}) all.insert(all.end(), pool->blocks.begin(), pool->blocks.end());
+  for (auto* pool : {&large_blocks_, &small_blocks_}) {
+    all.insert(all.end(), pool->blocks.begin(), pool->blocks.end());
+    all.insert(all.end(), pool->unmapped.begin(), pool->unmapped.end());
+  }
   for (auto& kv : live_blocks_) all.push_back(kv.second);
   for (Block* b : all) {
-    if (b->prev == nullptr) {
+    if (b->prev == nullptr && b->expandable == nullptr) {
       size_t total = 0;
       for (Block* s = b; s; s = s->next) total += s->size;
       device_.free(b->addr, total);
     }
   }
   for (Block* b : all) delete b;
+  expandable_segments_.clear();  // unmaps and releases their ranges
 }
 
 size_t CachingAllocator::round_size(size_t size) const {
@@ -173,6 +162,22 @@ Block* CachingAllocator::find_free_block(Request& r) {
   key.size = r.size;
   auto it = pool.blocks.lower_bound(&key);
   if (it == pool.blocks.end() || (*it)->stream != r.stream) return nullptr;
+  if ((*it)->expandable) {
+    if (config_.expandable_segments) {
+      // Best fit counts what a block of an expandable segment can grow into.
+      auto growable = [](const Block* b) { return b->size + (b->next && !b->next->mapped ? b->next->size : 0); };
+      for (auto next = std::next(it); (*it)->expandable && next != pool.blocks.end() && (*next)->stream == r.stream &&
+                                      growable(*next) < growable(*it);
+           ++next) {
+        it = next;
+      }
+    } else {
+      do {
+        ++it;
+      } while (it != pool.blocks.end() && (*it)->expandable && (*it)->stream == r.stream);
+      if (it == pool.blocks.end() || (*it)->stream != r.stream) return nullptr;
+    }
+  }
   const size_t max_split = config_.max_split_size;
   if (r.size < max_split && (*it)->size >= max_split) return nullptr;
   if (r.size >= max_split && (*it)->size >= r.size + config_.max_non_split_rounding) return nullptr;
@@ -185,6 +190,10 @@ bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
   if (is_retry) ++stats_.num_alloc_retries;
   const size_t size = r.alloc_size;
   if (fraction_set_ && total_reserved_ + size > limit_bytes()) return false;
+  if (config_.expandable_segments) {
+    r.block = allocate_expandable(r);
+    return r.block != nullptr;
+  }
   const uintptr_t addr = device_.allocate(size);
   if (addr == 0) return false;
   total_reserved_ += size;
@@ -213,7 +222,7 @@ bool CachingAllocator::release_available_cached_blocks(const Request& r) {
   key.stream = r.stream;
   key.size = std::max(r.size, config_.max_split_size);
   auto it = pool.blocks.lower_bound(&key);
-  if (it != pool.blocks.end() && (*it)->stream == r.stream) {
+  if (it != pool.blocks.end() && (*it)->stream == r.stream && !(*it)->expandable) {
     release_block(*it);
     return true;
   }
@@ -224,8 +233,10 @@ bool CachingAllocator::release_available_cached_blocks(const Request& r) {
     auto cur = it;
     const bool is_first = cur == pool.blocks.begin();
     if (!is_first) --it;
-    released += (*cur)->size;
-    release_block(*cur);
+    if (!(*cur)->expandable) {
+      released += (*cur)->size;
+      release_block(*cur);
+    }
     if (is_first) break;
   }
   return released >= key.size;
@@ -237,9 +248,18 @@ void CachingAllocator::release_cached_blocks() {
 }
 
 void CachingAllocator::release_pool(BlockPool& pool) {
+  std::vector<Block*> to_unmap;  // unmapping changes the pool: collect first
   for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
     Block* block = *it++;
-    if (!block->is_split()) release_block(block);
+    if (block->expandable) {
+      to_unmap.push_back(block);
+    } else if (!block->is_split()) {
+      release_block(block);
+    }
+  }
+  for (Block* block : to_unmap) {
+    unmap_block(block);
+    release_expandable_segment(block);
   }
 }
 
@@ -292,14 +312,14 @@ void CachingAllocator::garbage_collect_cached_blocks() {
 
 bool CachingAllocator::should_split(const Block* block, size_t size) const {
   const size_t remaining = block->size - size;
-  if (block->pool->is_small) return remaining >= kMinBlockSize;
+  if (block->pool->is_small || config_.expandable_segments) return remaining >= kMinBlockSize;
   return size < config_.max_split_size && remaining > kSmallSize;
 }
 
 // Turns a free block (already out of its pool) into an allocation of r.size,
 // splitting off the remainder when the rules allow.
 Block* CachingAllocator::take_block(Request& r, Block* block) {
-  const bool already_split = block->is_split();
+  const bool already_split = block->is_split() && !block->expandable;
   const bool is_small = r.pool->is_small;
   if (should_split(block, r.size)) {
     Block* remaining = block;
@@ -308,6 +328,7 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
     block->size = r.size;
     block->stream = r.stream;
     block->pool = r.pool;
+    block->expandable = remaining->expandable;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;
     block->next = remaining;
@@ -315,7 +336,9 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
     remaining->addr += r.size;
     remaining->size -= r.size;
     r.pool->insert(remaining);
-    if (already_split) {
+    if (block->expandable) {
+      // expandable segments keep no inactive_split statistics (as PyTorch)
+    } else if (already_split) {
       for_pool_stats(is_small, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(r.size)); });
     } else {
       for_pool_stats(is_small, [&](size_t t) {
@@ -399,6 +422,7 @@ void CachingAllocator::free_block(Block* block) {
     net_inactive_blocks += 1;
     net_inactive_bytes += static_cast<int64_t>(block->size);
   }
+  if (block->expandable) net_inactive_blocks = net_inactive_bytes = 0;
   for_pool_stats(pool.is_small, [&](size_t t) {
     if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
     if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
@@ -499,14 +523,17 @@ std::vector<SegmentInfo> CachingAllocator::segments() const {
 }
 
 std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
+  // A segment starts at a mapped block with no mapped block before it: for
+  // expandable segments, each mapped run of the range is one segment.
+  auto is_head = [](const Block* b) { return b->mapped && (!b->prev || !b->prev->mapped); };
   std::vector<const Block*> heads;
   for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
     for (const Block* b : pool->blocks) {
-      if (!b->prev) heads.push_back(b);
+      if (is_head(b)) heads.push_back(b);
     }
   }
   for (const auto& kv : live_blocks_) {
-    if (!kv.second->prev) heads.push_back(kv.second);
+    if (is_head(kv.second)) heads.push_back(kv.second);
   }
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->addr < b->addr; });
   std::vector<SegmentInfo> out;
@@ -517,7 +544,7 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
     seg.stream = head->stream;
     seg.is_small = head->pool->is_small;
     seg.is_expandable = head->expandable != nullptr;
-    for (const Block* b = head; b; b = b->next) {
+    for (const Block* b = head; b && b->mapped; b = b->next) {
       seg.total_size += b->size;
       if (b->allocated) {
         seg.allocated_size += b->size;
@@ -542,7 +569,7 @@ void CachingAllocator::check_invariants() const {
     previous_end = seg.addr + seg.total_size;
     const size_t pool_stat = seg.is_small ? kSmallPool : kLargePool;
     for (size_t t : {size_t(kAggregate), pool_stat}) {
-      expect.segment[t].current += 1;
+      if (!seg.is_expandable) expect.segment[t].current += 1;  // mapped pages are not segments
       expect.reserved_bytes[t].current += static_cast<int64_t>(seg.total_size);
     }
     uintptr_t cursor = seg.addr;
@@ -569,10 +596,25 @@ void CachingAllocator::check_invariants() const {
   }
   if (live_blocks_seen != live_blocks_.size()) fail("live block map out of step with the segments");
   if (free_blocks_seen != large_blocks_.blocks.size() + small_blocks_.blocks.size()) fail("pools out of step with the segments");
+  size_t mapped_expandable = 0;
+  for (const auto& es : expandable_segments_) mapped_expandable += es->mapped_bytes();
+  size_t expandable_reserved = 0;
   for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
     for (const Block* b : pool->blocks) {
-      if (b->allocated || b->pool != pool) fail("pool holds a block that is allocated or belongs elsewhere");
+      if (b->allocated || b->pool != pool || !b->mapped) fail("pool holds a block that is allocated, unmapped or belongs elsewhere");
+      if (b->expandable) expandable_reserved += b->size;
     }
+    for (const Block* b : pool->unmapped) {
+      if (b->allocated || b->mapped || !b->expandable) fail("unmapped set holds a mapped or allocated block");
+      if (b->next && !b->next->mapped && !b->next->allocated) fail("two neighbouring unmapped blocks at " + hex(b->addr));
+    }
+  }
+  for (const auto& kv : live_blocks_) {
+    if (kv.second->expandable) expandable_reserved += kv.second->size;
+  }
+  if (expandable_reserved != mapped_expandable) {
+    fail("mapped pages (" + std::to_string(mapped_expandable) + " bytes) differ from the blocks in them (" +
+         std::to_string(expandable_reserved) + ")");
   }
   expect.active = expect.allocation;
   expect.active_bytes = expect.allocated_bytes;

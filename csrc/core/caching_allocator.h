@@ -18,13 +18,12 @@
 #include "core/allocator.h"
 #include "core/block.h"
 #include "core/device.h"
+#include "core/expandable_segment.h"
 #include "core/history.h"
 #include "core/out_of_memory.h"
 #include "core/stats.h"
 
 namespace torchmem {
-
-class ExpandableSegment;
 
 class CachingAllocator final : public Allocator {
  public:
@@ -76,10 +75,23 @@ class CachingAllocator final : public Allocator {
   Device& device() { return device_; }
 
  private:
-  struct Request;
+  // One allocation request as it goes through the policy.
+  struct Request {
+    size_t requested;   // bytes asked for
+    size_t size;        // rounded
+    size_t alloc_size;  // segment size if a new segment is needed
+    Stream stream;
+    BlockPool* pool;
+    Block* block = nullptr;
+  };
 
   Block* find_free_block(Request& r);
   bool allocate_segment(Request& r, bool is_retry);
+  Block* allocate_expandable(Request& r);
+  Block* find_expandable_space(const Request& r);
+  bool map_block(Block* block, size_t size);
+  void unmap_block(Block* block);
+  void release_expandable_segment(Block* block);
   bool release_available_cached_blocks(const Request& r);
   void release_cached_blocks();
   void release_pool(BlockPool& pool);
@@ -103,6 +115,7 @@ class CachingAllocator final : public Allocator {
   BlockPool large_blocks_{false};
   BlockPool small_blocks_{true};
   std::unordered_map<uintptr_t, Block*> live_blocks_;
+  std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   DeviceStats stats_;
   size_t total_reserved_ = 0;
   double memory_fraction_ = 1.0;

@@ -33,6 +33,13 @@ struct Stat {
 enum StatType : size_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2, kNumStatTypes = 3 };
 using StatArray = std::array<Stat, kNumStatTypes>;
 
+// Calls f(kAggregate) and f(the pool's own stat type).
+template <typename F>
+void for_pool_stats(bool is_small, F f) {
+  f(kAggregate);
+  f(is_small ? kSmallPool : kLargePool);
+}
+
 struct DeviceStats {
   StatArray allocation;            // live allocations
   StatArray segment;               // segments taken from the device

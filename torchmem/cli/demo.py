@@ -1,0 +1,65 @@
+"""`torchmem demo`: the main job. Swap the allocator in, train, watch memory."""
+from __future__ import annotations
+
+import argparse
+import time
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("demo", help="install torchmem on the CPU, train a small model, show memory")
+    p.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
+    p.add_argument("--out", default="out", help="folder for pictures (default ./out)")
+    p.set_defaults(func=run)
+
+
+def train_with_torchmem(steps: int) -> None:
+    import torch
+
+    import torchmem
+
+    torch.manual_seed(0)
+    torchmem.install()
+    print("torchmem.install(): PyTorch's CPU allocator is now torchmem's caching allocator\n")
+    layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, 2)
+    head = torch.nn.Linear(256, 1000)
+    params = list(model.parameters()) + list(head.parameters())
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    lengths = [64, 192, 96, 256, 128, 224, 80, 160, 240, 112]
+    print(f"{'step':>4} {'seq':>4} {'allocated':>10} {'reserved':>10} {'peak alloc':>11} {'peak resv':>10} {'cached':>8} {'ms':>6}")
+    for step in range(steps):
+        seq = lengths[step % len(lengths)]
+        start = time.perf_counter()
+        x = torch.randn(8, seq, 256)
+        target = torch.randint(0, 1000, (8, seq))
+        logits = head(model(x))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 1000), target.reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del x, target, logits, loss
+        ms = (time.perf_counter() - start) * 1e3
+        s = torchmem.memory_stats()
+        allocated, reserved = s["allocated_bytes.all.current"], s["reserved_bytes.all.current"]
+        print(
+            f"{step:>4} {seq:>4} {mib(allocated):>10} {mib(reserved):>10} {mib(s['allocated_bytes.all.peak']):>11} "
+            f"{mib(s['reserved_bytes.all.peak']):>10} {mib(reserved - allocated):>8} {ms:>6.0f}"
+        )
+    torchmem.caching_allocator().check_invariants()
+    print()
+    print(torchmem.memory_summary(abbreviated=True))
+    torchmem.empty_cache()
+    print(f"after empty_cache(): allocated {mib(torchmem.memory_allocated())}, reserved {mib(torchmem.memory_reserved())}")
+    torchmem.uninstall()
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f}M"
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.steps < 1:
+        raise ValueError("--steps must be at least 1")
+    print("== 1. The one-line swap: training a transformer on torchmem's caching allocator ==\n")
+    train_with_torchmem(args.steps)
+    return 0
