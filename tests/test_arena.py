@@ -1,5 +1,6 @@
 """torchmem.Arena (the C++ arena from Python) and the torchmem.arena() block."""
 import gc
+import os
 import subprocess
 import sys
 import textwrap
@@ -133,8 +134,13 @@ def test_escape_policy_raise():
 HOOK = hasattr(_C, "push_thread_allocator") and hasattr(_C, "cpu_install")
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def run_python(code):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
 
