@@ -1,0 +1,261 @@
+"""GPU benchmark: PyTorch's native CUDA caching allocator against torchmem.
+
+Workloads, each run in its own interpreter per allocator (PyTorch allows one
+allocator swap per process):
+  empty_del  torch.empty / del over mixed sizes (512 B .. 64 MiB, a window of
+             live tensors), the allocator's own cost;
+  gpt2       a GPT-2-sized (124M) training step in bf16 autocast with a
+             different sequence length each step, the case that fragments.
+Each run reports step time (median), peak allocated and peak reserved; the
+summary gives torchmem / native ratios. The native allocator's history on
+the same workloads is recorded with torch.cuda.memory._record_memory_history
+and dumped (_dump_snapshot) next to the results, for replaying through
+torchmem's simulator later.
+
+    python benchmarks/bench_cuda.py --out out/bench_cuda        # all, about 2-3 minutes on an H200
+    python benchmarks/bench_cuda.py --child gpt2 native --json r.json   # one run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = ("empty_del", "gpt2")
+ALLOCATORS = ("native", "torchmem")
+
+
+# ---------------------------------------------------------------- workloads (child side)
+
+
+def empty_del(torch, steps: int = 30, ops_per_step: int = 2000, seed: int = 0):
+    """Yields once per step; each step allocates and frees ops_per_step tensors."""
+    import random
+
+    rng = random.Random(seed)
+    live: list = []
+    for _ in range(steps):
+        for _ in range(ops_per_step):
+            if live and (len(live) >= 64 or rng.random() < 0.45):
+                live.pop(rng.randrange(len(live)))
+            else:
+                size = int(2 ** rng.uniform(9, 26))  # 512 B .. 64 MiB, log-uniform
+                live.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        yield
+    live.clear()
+
+
+def gpt2_model(torch, vocab=50257, dim=768, layers=12, heads=12, max_len=1024):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(dim)
+            self.qkv = nn.Linear(dim, 3 * dim)
+            self.proj = nn.Linear(dim, dim)
+            self.ln2 = nn.LayerNorm(dim)
+            self.fc = nn.Linear(dim, 4 * dim)
+            self.out = nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, dim)
+            self.pos = nn.Embedding(max_len, dim)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, vocab, bias=False)
+            self.head.weight = self.tok.weight
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+
+    return GPT()
+
+
+def gpt2(torch, steps: int = 30, batch: int = 8, seed: int = 0):
+    import random
+
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    model = gpt2_model(torch).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    for _ in range(steps):
+        t = rng.choice((128, 256, 384, 512, 640, 768, 896, 1024))
+        idx = torch.randint(0, 50257, (batch, t), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(idx)
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), idx.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        del logits, loss, idx
+        yield
+
+
+def run_child(workload: str, allocator: str, record: str | None, warmup: int) -> dict:
+    if allocator == "torchmem":
+        import torchmem
+
+        torchmem.install()  # before anything touches CUDA
+        from torchmem import cuda as tmcuda
+
+        assert tmcuda.installed(), "torchmem.install() did not install the CUDA allocator"
+    import torch
+
+    if record:
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+    steps = {"empty_del": empty_del, "gpt2": gpt2}[workload](torch)
+    times = []
+    for i, _ in enumerate(iter(lambda: None, 0)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        try:
+            next(steps)
+        except StopIteration:
+            break
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+        if i == warmup - 1:
+            torch.cuda.reset_peak_memory_stats()
+    stats = torch.cuda.memory_stats()
+    result = {
+        "workload": workload,
+        "allocator": allocator,
+        "steps": len(times),
+        "step_ms_median": 1000 * statistics.median(times),
+        "step_ms_mean": 1000 * statistics.fmean(times),
+        "total_s": sum(times),
+        "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
+        "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
+        "num_device_alloc": stats.get("num_device_alloc", 0),
+        "num_alloc_retries": stats.get("num_alloc_retries", 0),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0),
+    }
+    if record:
+        torch.cuda.memory._dump_snapshot(record)
+        torch.cuda.memory._record_memory_history(enabled=None)
+        result["snapshot"] = record
+    return result
+
+
+# ---------------------------------------------------------------- driver
+
+
+def spawn(workload: str, allocator: str, out: str, record: bool, timeout: int) -> dict:
+    path = os.path.join(out, f"{workload}_{allocator}{'_history' if record else ''}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, allocator, "--json", path]
+    if record:
+        cmd += ["--record", os.path.join(out, f"{workload}_{allocator}_snapshot.pickle")]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"workload": workload, "allocator": allocator, "error": f"timed out after {timeout} s"}
+    with open(os.path.join(out, f"{workload}_{allocator}{'_history' if record else ''}.log"), "w") as f:
+        f.write(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        return {"workload": workload, "allocator": allocator, "error": proc.stderr[-1500:]}
+    with open(path) as f:
+        result = json.load(f)
+    result["wall_s"] = time.perf_counter() - t0
+    return result
+
+
+def mib(n) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def summarise(results: list[dict]) -> str:
+    lines = [
+        "| workload | allocator | step ms (median) | ratio vs native | peak allocated MiB | peak reserved MiB | device allocs |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    by_key = {(r["workload"], r["allocator"]): r for r in results}
+    for w in WORKLOADS:
+        native = by_key.get((w, "native"), {})
+        for a in ALLOCATORS:
+            r = by_key.get((w, a))
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {w} | {a} | failed: {r['error'].strip().splitlines()[-1] if r['error'].strip() else '?'} | | | | |")
+                continue
+            ratio = r["step_ms_median"] / native["step_ms_median"] if "step_ms_median" in native else float("nan")
+            lines.append(
+                f"| {w} | {a} | {r['step_ms_median']:.3f} | {ratio:.3f} | {mib(r['peak_allocated'])} | "
+                f"{mib(r['peak_reserved'])} | {r['num_device_alloc']} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "out", "bench_cuda"))
+    p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "ALLOCATOR"))
+    p.add_argument("--json", help="child: where to write the result")
+    p.add_argument("--record", help="child: record history and dump the snapshot here")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=150, help="seconds per run")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    args = p.parse_args()
+
+    if args.child:
+        workload, allocator = args.child
+        result = run_child(workload, allocator, args.record, args.warmup)
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(json.dumps(result))
+        return 0
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench_cuda: no CUDA GPU here; nothing to measure")
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    results = []
+    for w in args.workloads.split(","):
+        for a in ALLOCATORS:
+            r = spawn(w, a, args.out, record=False, timeout=args.timeout)
+            print(json.dumps(r), flush=True)
+            results.append(r)
+    history = []
+    for w in args.workloads.split(","):
+        r = spawn(w, "native", args.out, record=True, timeout=args.timeout)
+        print(json.dumps({k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})), flush=True)
+        history.append(r)
+    table = summarise(results)
+    with open(os.path.join(args.out, "bench_cuda.json"), "w") as f:
+        json.dump({"runs": results, "native_history": history}, f, indent=1)
+    with open(os.path.join(args.out, "bench_cuda.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    failed = [r for r in results if "error" in r]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+// Python face of the CUDA install (csrc/torch/cuda_allocator.h). Compiled
+// only in a CUDA build (setup.py defines TORCHMEM_WITH_CUDA).
+#ifdef TORCHMEM_WITH_CUDA
+
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "core/alloc_config.h"
+#include "torch/cuda_allocator.h"
+
+namespace py = pybind11;
+
+namespace torchmem::bindings {
+
+void bind_cuda(py::module_& m) {
+  using glue::CudaAllocator;
+  m.attr("has_cuda_glue") = true;
+  m.def(
+      "cuda_install", [](const std::string& conf) { CudaAllocator::install(AllocatorConfig::parse(conf)); },
+      py::arg("conf") = "",
+      "Make torchmem PyTorch's CUDA allocator. Raises RuntimeError when CUDA is already initialised.");
+  m.def("cuda_installed", &CudaAllocator::installed);
+  m.def(
+      "cuda_caching_allocator", [](int device) { return CudaAllocator::instance()->caching(device); },
+      py::arg("device"), "The caching allocator of a device's default pool (made on first use).");
+  m.def(
+      "cuda_pending_frees", [](int device) { return CudaAllocator::instance()->pending_frees(device); },
+      py::arg("device"), "Frees waiting for events of streams the blocks were used on.");
+  m.def(
+      "cuda_pool_count", [](int device) { return CudaAllocator::instance()->pool_count(device); },
+      py::arg("device"), "Private pools (CUDA graphs, torch.cuda.MemPool) alive on a device.");
+}
+
+}  // namespace torchmem::bindings
+
+#endif  // TORCHMEM_WITH_CUDA

@@ -1,0 +1,180 @@
+// CudaAllocator: torchmem's caching allocator as PyTorch's CUDA allocator.
+//
+// A C++ subclass of torch::cuda::CUDAPluggableAllocator: the pluggable base
+// routes malloc/free, empty_cache, the memory fraction, record_stream and the
+// CUDA graph pool calls to our hooks, and the overrides below make PyTorch's
+// own APIs report this allocator (a bare pluggable allocator breaks them):
+// torch.cuda.memory_stats() and friends (getDeviceStats, resetPeakStats,
+// resetAccumulatedStats), memory_snapshot() / _dump_snapshot() (snapshot),
+// _record_memory_history() (recordHistory), cudnn's workspace sizing
+// (cacheInfo) and torch.cuda.OutOfMemoryError (the malloc hook rethrows
+// torchmem::OutOfMemory as c10::OutOfMemoryError).
+//
+// State is per device (one CudaDevice and one CachingAllocator each, made on
+// first use, so no CUDA context is created on a device that is never used):
+// - Streams: a block freed after record_stream() on other streams is kept
+//   (still allocated in the caching allocator) until an event recorded on
+//   each of those streams completes. Events are polled at each allocation on
+//   the device, waited for in empty_cache() and before an out of memory error
+//   is raised (after which the allocation is retried once). While a CUDA
+//   graph is captured, such frees wait, without events, until the capture ends.
+// - CUDA graphs and torch.cuda.MemPool: each private pool is its own
+//   CachingAllocator on the same CudaDevice; beginAllocateToPool routes the
+//   allocations whose stream passes the filter to it until endAllocateToPool;
+//   releasePool drops a use and, at zero, empties the pool's cache and
+//   forgets it once its last block is freed. Device statistics add up the
+//   main allocator and the pools (peaks are summed, an upper bound).
+//
+// Installation: one swap per process, before CUDA initialises (PyTorch's
+// rule); install() throws std::runtime_error with what to do otherwise.
+// The allocator object lives for the whole process.
+//
+// Thread safety: the caching allocators lock themselves; per-device glue
+// state (pools, routes, deferred frees) is under the device's mutex, which is
+// never held while calling into Python (stack contexts are gathered first).
+#pragma once
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/version.h>
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/alloc_config.h"
+#include "core/caching_allocator.h"
+#include "cuda/cuda_device.h"
+
+#define TORCHMEM_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace torchmem::glue {
+
+namespace c10cca = c10::cuda::CUDACachingAllocator;
+
+class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  // The process's instance (made on first call, never destroyed).
+  static std::shared_ptr<CudaAllocator> instance();
+
+  // Makes torchmem PyTorch's CUDA allocator with this config. Throws
+  // std::runtime_error when CUDA is already initialised (PyTorch allows the
+  // swap only before), or when torchmem is installed already with another
+  // config and CUDA has initialised since.
+  static void install(const AllocatorConfig& config);
+  static bool installed();
+
+  // The caching allocator of a device's default pool (made on first use).
+  std::shared_ptr<CachingAllocator> caching(int device);
+  // Frees waiting on stream events, and private pools alive, on a device.
+  size_t pending_frees(int device);
+  size_t pool_count(int device);
+
+  // Overrides: PyTorch's statistics, snapshot and history APIs.
+  c10cca::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override;
+  std::string name() override { return "torchmem"; }
+
+  // Declared without `override` on purpose: their signatures differ between
+  // torch releases, and whichever matches the installed base overrides it
+  // (the other is an unused overload).
+  c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces);
+  c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id);
+  void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                     c10cca::RecordContext when, bool clear_history, const std::vector<std::string>& skip_actions);
+  void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
+                     c10cca::RecordContext when, bool clear_history);
+  bool isHistoryEnabled();
+  double getMemoryFraction(c10::DeviceIndex device);
+  void attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer);
+  void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
+                          std::shared_ptr<c10cca::CUDAAllocator> allocator);
+  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id);
+
+ private:
+  struct Pool {
+    std::shared_ptr<CachingAllocator> allocator;
+    int use_count = 0;
+  };
+  struct Route {
+    c10::cuda::MempoolId_t id;
+    std::function<bool(cudaStream_t)> filter;
+  };
+  struct DeferredFree {
+    void* ptr;
+    CachingAllocator* owner;
+    std::vector<Stream> streams;   // streams still to wait for
+    std::vector<EventId> events;   // recorded on them (empty until recorded)
+  };
+  struct DeviceState {
+    explicit DeviceState(int index, const AllocatorConfig& config);
+    cuda::CudaDevice device;
+    std::shared_ptr<CachingAllocator> main;
+    std::mutex mutex;
+    std::map<c10::cuda::MempoolId_t, Pool> pools;
+    // Released pools whose blocks are not all freed yet.
+    std::vector<std::pair<c10::cuda::MempoolId_t, std::shared_ptr<CachingAllocator>>> retired;
+    std::unordered_map<void*, CachingAllocator*> pool_blocks; // live blocks of pools
+    std::vector<Route> routes;                                // innermost last
+    std::unordered_map<void*, std::vector<Stream>> stream_uses;
+    std::deque<DeferredFree> deferred;
+    double fraction = 0.0;                                    // 0: not set
+  };
+
+  CudaAllocator();
+
+  // Hooks installed on the pluggable base.
+  void* malloc_hook(size_t size, int device, cudaStream_t stream);
+  void free_hook(void* ptr, size_t size, int device, cudaStream_t stream);
+  void init_hook(int device_count);
+  void empty_cache_hook();
+  void memory_fraction_hook(double fraction, int device);
+  void record_stream_hook(void* ptr, cudaStream_t stream);
+  void begin_allocate_to_pool_hook(int device, c10::cuda::MempoolId_t id, std::function<bool(cudaStream_t)> filter);
+  void end_allocate_to_pool_hook(int device, c10::cuda::MempoolId_t id);
+  void release_pool_hook(int device, c10::cuda::MempoolId_t id);
+
+  DeviceState& state(int device);
+  DeviceState* existing_state(int device);
+  CachingAllocator& target_for(DeviceState& s, cudaStream_t stream, bool* is_pool);
+  std::shared_ptr<CachingAllocator> make_allocator(DeviceState& s);
+  void deallocate_locked(DeviceState& s, void* ptr, CachingAllocator* owner);
+  CachingAllocator* owner_locked(DeviceState& s, void* ptr);
+  // Deferred frees: record events once no capture is under way, free blocks
+  // whose events completed (all of them, waiting, when `wait`).
+  void process_deferred_locked(DeviceState& s, bool wait);
+  bool capturing_locked(const DeviceState& s, cudaStream_t stream) const;
+  void enable_history(CachingAllocator& allocator);
+  c10cca::SnapshotInfo make_snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces);
+
+  AllocatorConfig config_;
+  std::array<std::unique_ptr<DeviceState>, kMaxDevices> devices_;
+  std::array<std::once_flag, kMaxDevices> device_once_;
+  std::mutex observers_mutex_;
+  std::vector<c10cca::OutOfMemoryObserver> oom_observers_;
+
+  // History: settings for allocators made later, and the stack contexts the
+  // recorder gathered, by the id the core's history stores.
+  std::mutex history_mutex_;
+  std::atomic<bool> history_enabled_{false};
+  size_t history_max_entries_ = 0;
+  c10cca::CreateContextFn context_recorder_ = nullptr;
+  c10cca::RecordContext record_when_ = c10cca::RecordContext::NEVER;
+  uint64_t next_context_id_ = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<c10::GatheredContext>> trace_contexts_;
+  std::deque<uint64_t> trace_context_order_;
+  std::unordered_map<void*, std::shared_ptr<c10::GatheredContext>> block_contexts_;
+};
+
+}  // namespace torchmem::glue

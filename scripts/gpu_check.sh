@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# One pass on a GPU machine: build torchmem against the torch already
+# installed (never reinstalls it), run tests/cuda, then the GPU benchmark
+# (benchmarks/bench_cuda.py), with logs and results under $OUT.
+#
+#   OUT=/some/dir bash scripts/gpu_check.sh       # about 5 minutes on an H200
+#   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
+#
+# Environment: PYTHON (default python3), OUT (default out/gpu_check),
+# TORCH_CUDA_ARCH_LIST (default 9.0), MAX_JOBS (default 16), CUDA_HOME
+# (default: nvcc's prefix, else /usr/local/cuda). Stages have time limits
+# adding up to under 8 minutes. Exit status: 0 when every stage passed, the
+# number of failed stages otherwise; with no GPU, 0 under DRY_RUN=1, else 3.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3}
+OUT=${OUT:-$ROOT/out/gpu_check}
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.txt
+: >"$SUMMARY"
+START=$(date +%s)
+FAILED=0
+
+say() { echo "[gpu_check $(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"; }
+
+# stage NAME LIMIT_SECONDS COMMAND...: runs COMMAND with a time limit, output to $OUT/NAME.log.
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  say "$name: start (limit ${limit}s)"
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local took=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ]; then
+    say "$name: ok in ${took}s"
+  else
+    [ $rc -eq 124 ] && say "$name: TIMED OUT after ${limit}s" || say "$name: FAILED (exit $rc) after ${took}s"
+    tail -n 40 "$OUT/$name.log" | sed "s/^/  $name| /" | tee -a "$SUMMARY"
+    FAILED=$((FAILED + 1))
+  fi
+  return $rc
+}
+
+# --- environment -------------------------------------------------------------
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  "$PY" - <<'EOF'
+import sys
+print("python:", sys.version.split()[0])
+try:
+    import torch
+    print("torch:", torch.__version__, "cuda:", torch.version.cuda)
+    print("gpu available:", torch.cuda.is_available(), "count:", torch.cuda.device_count())
+    if torch.cuda.is_available():
+        print("gpu:", torch.cuda.get_device_name(0))
+except Exception as e:  # no torch: reported, the GPU test below stops the script
+    print("torch: not importable:", e)
+EOF
+  command -v nvcc >/dev/null && nvcc --version | tail -n 2
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt" | tee -a "$SUMMARY"
+
+if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.cuda.is_available() else 1)" 2>/dev/null; then
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    say "no CUDA GPU (or no CUDA build of torch) here: dry run stops before building"
+    exit 0
+  fi
+  say "no CUDA GPU (or no CUDA build of torch) here: nothing to check"
+  exit 3
+fi
+
+# --- build ---------------------------------------------------------------------
+if [ -z "${CUDA_HOME:-}" ]; then
+  if command -v nvcc >/dev/null; then
+    CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
+  else
+    CUDA_HOME=/usr/local/cuda
+  fi
+fi
+export CUDA_HOME
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+export MAX_JOBS=${MAX_JOBS:-16}
+say "build: CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
+
+# In place, against the installed torch (no build isolation, no dependency install).
+if stage build 300 "$PY" setup.py build_ext --inplace; then
+  stage import 60 "$PY" -c "
+import torch, torchmem, torchmem._C as C
+from torchmem import cuda
+assert cuda.cuda_glue_built(), 'torchmem._C was built without its CUDA part'
+print('torchmem', torchmem.__version__, 'CUDA part built; torch', torch.__version__)
+"
+else
+  say "build failed: skipping tests and benchmark"
+  say "done: $FAILED stage(s) failed; logs in $OUT"
+  exit "$FAILED"
+fi
+
+# --- tests ---------------------------------------------------------------------
+stage tests 200 "$PY" -m pytest -q -rs tests/cuda --junitxml="$OUT/tests.xml" -p no:cacheprovider
+grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 | tee -a "$SUMMARY"
+
+# --- benchmark -----------------------------------------------------------------
+stage bench 330 "$PY" benchmarks/bench_cuda.py --out "$OUT/bench" --timeout 90
+[ -f "$OUT/bench/bench_cuda.md" ] && cat "$OUT/bench/bench_cuda.md" | tee -a "$SUMMARY"
+ls "$OUT/bench"/*_snapshot.pickle 2>/dev/null | sed 's/^/native history: /' | tee -a "$SUMMARY"
+
+# The native history replayed through torchmem's simulator, where this build
+# has the replayer (`python -m torchmem replay SNAPSHOT`).
+if "$PY" -m torchmem replay --help >/dev/null 2>&1; then
+  for snap in "$OUT/bench"/*_snapshot.pickle; do
+    [ -f "$snap" ] || continue
+    stage "replay_$(basename "$snap" .pickle)" 60 "$PY" -m torchmem replay "$snap"
+  done
+else
+  say "replay: this build has no replayer yet; the native snapshots stay in $OUT/bench for a later replay"
+fi
+
+say "done in $(($(date +%s) - START))s: $FAILED stage(s) failed; logs in $OUT"
+exit "$FAILED"
