@@ -92,6 +92,7 @@ class Arena:
         self._device = _make_device(device, capacity)
         self._impl = _C.Arena(self._device, capacity, alignment, _make_fallback(fallback))
         self.escaped = 0  # live allocations when the last block ended
+        self._scopes: list = []
 
     # figures
     @property
@@ -197,12 +198,14 @@ class Arena:
                 )
 
     def __enter__(self) -> "Arena":
-        self._scope = self.scope()
-        return self._scope.__enter__()
+        """``with a:`` is ``with a.scope():`` (routed, on_escape="keep")."""
+        scope = self.scope()
+        result = scope.__enter__()
+        self._scopes.append(scope)
+        return result
 
     def __exit__(self, *exc) -> bool | None:
-        scope, self._scope = self._scope, None
-        return scope.__exit__(*exc)
+        return self._scopes.pop().__exit__(*exc)
 
     def __repr__(self) -> str:
         return (f"torchmem.Arena(capacity={self.capacity}, device={self.device!r}, used={self.used}, "
