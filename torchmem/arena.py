@@ -238,3 +238,18 @@ def arena(capacity: "int | Arena", device=None, *, on_escape: str = "keep", fall
     a = capacity if isinstance(capacity, Arena) else Arena(capacity, device, fallback=fallback)
     with a.scope(route=True, on_escape=on_escape):
         yield a
+
+
+def conformance_factories() -> dict:
+    """Arena configurations for the allocator conformance suite
+    (tests/test_conformance.py): name -> factory() -> (allocator, host_backed)."""
+
+    def sim():
+        return _C.Arena(_C.SimDevice(64 << 30), 64 << 30), False
+
+    def host_with_fallback():
+        # A small region: most of the suite's requests overflow into the caching allocator.
+        caching = _C.CachingAllocator(_C.HostDevice(0), "")
+        return _C.Arena(_C.HostDevice(0), 64 << 20, 64, caching), True
+
+    return {"arena-sim": sim, "arena-host-fallback": host_with_fallback}
