@@ -327,3 +327,12 @@ def test_token_counts_without_ids():
     assert cache.num_cached_blocks == 0
     cache.free(a.seq_id)
     assert cache.num_cached_blocks == 0  # nothing was registered
+
+
+def test_tensor_token_ids_hash_by_value():
+    cache = make_cache(block_size=2)
+    a = cache.add_sequence(torch.tensor([3, 4, 5]))
+    cache.append_tokens([a.seq_id], torch.tensor([6]))
+    b = cache.add_sequence([3, 4, 5, 6, 7])
+    assert b.num_cached_tokens == 4
+    assert cache.block_table(b.seq_id)[:2] == cache.block_table(a.seq_id)[:2]

@@ -66,6 +66,14 @@ class _Seq:
         self.last_hash = last_hash  # chained hash of the last full block; None: not hashable
 
 
+def _token_ids(tokens) -> list[int]:
+    """Token ids as Python ints: a tensor element hashes by identity, which
+    would make prefix keys meaningless."""
+    if hasattr(tokens, "tolist"):
+        return tokens.tolist()
+    return [int(t) for t in tokens]
+
+
 def _block_hash(prev: int, tokens) -> int:
     return hash((prev, tuple(tokens))) & _HASH_MASK
 
@@ -167,7 +175,7 @@ class PagedKVCache:
         if isinstance(tokens, int):
             n, ids, hashable = tokens, None, False
         else:
-            ids = list(tokens)
+            ids = _token_ids(tokens)
             n, hashable = len(ids), self.enable_prefix_caching
         hashes = []
         if hashable:
@@ -221,7 +229,7 @@ class PagedKVCache:
         if isinstance(tokens, int):
             n, ids = tokens, None
         else:
-            ids = list(tokens)
+            ids = _token_ids(tokens)
             n = len(ids)
         if n == 0:
             return torch.empty(0, dtype=torch.int64, device=self.device)
@@ -261,6 +269,8 @@ class PagedKVCache:
             raise KeyError(f"PagedKVCache: unknown sequence {e.args[0]}") from None
         if len(set(seq_ids)) != len(batch):
             raise ValueError("PagedKVCache.append_tokens: a sequence appears twice in one step")
+        if tokens is not None and not isinstance(tokens, list):
+            tokens = _token_ids(tokens)
         if tokens is not None and len(tokens) != len(batch):
             raise ValueError("PagedKVCache.append_tokens: one token per sequence")
         at_boundary = [s for s in batch if not s.num_tokens % bs]
