@@ -78,8 +78,20 @@ Arena::Arena(std::shared_ptr<Device> device, ArenaOptions options, std::shared_p
 }
 
 Arena::~Arena() {
-  for (auto& kv : fallback_live_) fallback_->deallocate(kv.second.first);
+  release_fallback_locked();
   device_.free(base_, capacity_);
+}
+
+// Hands every live fallback allocation back. The fallback accepted them, so
+// it should accept them back; if it refuses one, the rest still go back.
+void Arena::release_fallback_locked() {
+  for (auto& kv : fallback_live_) {
+    try {
+      fallback_->deallocate(kv.second.first);
+    } catch (const std::exception&) {
+    }
+  }
+  fallback_live_.clear();
 }
 
 void* Arena::allocate(size_t size, Stream) {
@@ -201,8 +213,7 @@ bool Arena::reset_when_unused() {
 }
 
 void Arena::reset_locked() {
-  for (auto& kv : fallback_live_) fallback_->deallocate(kv.second.first);
-  fallback_live_.clear();
+  release_fallback_locked();
   live_.clear();
   dead_entries_ = 0;
   live_count_ = 0;

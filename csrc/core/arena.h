@@ -120,6 +120,7 @@ class Arena final : public Allocator {
   void* allocate_locked(size_t size, size_t alignment);
   void* allocate_fallback_locked(size_t size, size_t alignment);
   void reset_locked();
+  void release_fallback_locked();
   bool in_region(uintptr_t p) const { return p >= base_ && p < base_ + capacity_; }
 
   std::shared_ptr<Device> owned_device_;
