@@ -133,18 +133,16 @@ bool CudaAllocator::installed() { return c10cca::get() == instance().get(); }
 CudaAllocator::DeviceState& CudaAllocator::state(int device) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "torchmem: CUDA device index ", device, " out of range");
   std::call_once(device_once_[device], [&] {
-    auto s = std::make_unique<DeviceState>(device, config_);
+    auto* s = new DeviceState(device, config_);  // lives as long as the process, like the allocator
     enable_history(*s->main);
-    devices_[device] = std::move(s);
+    devices_[device].store(s, std::memory_order_release);
   });
-  return *devices_[device];
+  return *devices_[device].load(std::memory_order_acquire);
 }
 
 CudaAllocator::DeviceState* CudaAllocator::existing_state(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
-  // devices_[i] is written once, inside call_once; a reader that sees it null
-  // has nothing on that device.
-  return devices_[device].get();
+  return devices_[device].load(std::memory_order_acquire);
 }
 
 std::shared_ptr<CachingAllocator> CudaAllocator::make_allocator(DeviceState& s) {
@@ -259,20 +257,25 @@ void CudaAllocator::free_hook(void* ptr, size_t, int device, cudaStream_t stream
     std::fprintf(stderr, "torchmem: ignoring free of %p on cuda:%d, where torchmem allocated nothing\n", ptr, device);
     return;
   }
-  std::lock_guard<std::mutex> lock(s->mutex);
-  CachingAllocator* owner = owner_locked(*s, ptr);
-  auto uses = s->stream_uses.find(ptr);
-  if (uses != s->stream_uses.end()) {
-    std::vector<Stream> streams = std::move(uses->second);
-    s->stream_uses.erase(uses);
-    streams.erase(std::remove(streams.begin(), streams.end(), to_stream(stream)), streams.end());
-    if (!streams.empty()) {
-      s->deferred.push_back(DeferredFree{ptr, owner, std::move(streams), {}});
-      process_deferred_locked(*s, /*wait=*/false);  // records its events now, outside a capture
-      return;
+  // Called from deleters, which must not throw.
+  try {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    CachingAllocator* owner = owner_locked(*s, ptr);
+    auto uses = s->stream_uses.find(ptr);
+    if (uses != s->stream_uses.end()) {
+      std::vector<Stream> streams = std::move(uses->second);
+      s->stream_uses.erase(uses);
+      streams.erase(std::remove(streams.begin(), streams.end(), to_stream(stream)), streams.end());
+      if (!streams.empty()) {
+        s->deferred.push_back(DeferredFree{ptr, owner, std::move(streams), {}});
+        process_deferred_locked(*s, /*wait=*/false);  // records its events now, outside a capture
+        return;
+      }
     }
+    deallocate_locked(*s, ptr, owner);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "torchmem: error freeing %p on cuda:%d: %s\n", ptr, device, e.what());
   }
-  deallocate_locked(*s, ptr, owner);
 }
 
 CachingAllocator* CudaAllocator::owner_locked(DeviceState& s, void* ptr) {
@@ -432,30 +435,35 @@ int CudaAllocator::getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_
 
 // ---------------------------------------------------------------- statistics
 
+// A device torchmem has not allocated on has zero statistics (and gets no
+// CUDA context from being asked).
 c10cca::DeviceStats CudaAllocator::getDeviceStats(c10::DeviceIndex device) {
   c10cca::DeviceStats result;
-  DeviceState& s = state(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  add_stats(result, s.main->stats());
-  for (auto& [id, pool] : s.pools) add_stats(result, pool.allocator->stats());
-  for (auto& [id, retired] : s.retired) add_stats(result, retired->stats());
+  DeviceState* s = existing_state(device);
+  if (!s) return result;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  add_stats(result, s->main->stats());
+  for (auto& [id, pool] : s->pools) add_stats(result, pool.allocator->stats());
+  for (auto& [id, retired] : s->retired) add_stats(result, retired->stats());
   return result;
 }
 
 void CudaAllocator::resetPeakStats(c10::DeviceIndex device) {
-  DeviceState& s = state(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.main->reset_peak_stats();
-  for (auto& [id, pool] : s.pools) pool.allocator->reset_peak_stats();
-  for (auto& [id, retired] : s.retired) retired->reset_peak_stats();
+  DeviceState* s = existing_state(device);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  s->main->reset_peak_stats();
+  for (auto& [id, pool] : s->pools) pool.allocator->reset_peak_stats();
+  for (auto& [id, retired] : s->retired) retired->reset_peak_stats();
 }
 
 void CudaAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  DeviceState& s = state(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.main->reset_accumulated_stats();
-  for (auto& [id, pool] : s.pools) pool.allocator->reset_accumulated_stats();
-  for (auto& [id, retired] : s.retired) retired->reset_accumulated_stats();
+  DeviceState* s = existing_state(device);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  s->main->reset_accumulated_stats();
+  for (auto& [id, pool] : s->pools) pool.allocator->reset_accumulated_stats();
+  for (auto& [id, retired] : s->retired) retired->reset_accumulated_stats();
 }
 
 void CudaAllocator::cacheInfo(c10::DeviceIndex device, size_t* largest_block) {

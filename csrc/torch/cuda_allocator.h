@@ -159,7 +159,7 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   c10cca::SnapshotInfo make_snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces);
 
   AllocatorConfig config_;
-  std::array<std::unique_ptr<DeviceState>, kMaxDevices> devices_;
+  std::array<std::atomic<DeviceState*>, kMaxDevices> devices_{};  // written once each, never freed
   std::array<std::once_flag, kMaxDevices> device_once_;
   std::mutex observers_mutex_;
   std::vector<c10cca::OutOfMemoryObserver> oom_observers_;
