@@ -100,14 +100,15 @@ def gpt2(torch, steps: int = 30, batch: int = 8, seed: int = 0):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     for _ in range(steps):
         t = rng.choice((128, 256, 384, 512, 640, 768, 896, 1024))
-        idx = torch.randint(0, 50257, (batch, t), device="cuda")
+        idx = torch.randint(0, 50257, (batch, t + 1), device="cuda")
+        inputs, targets = idx[:, :-1], idx[:, 1:]
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(idx)
-            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]).float(), idx.view(-1))
+            logits = model(inputs)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        del logits, loss, idx
+        del logits, loss, idx, inputs, targets
         yield
 
 
@@ -135,7 +136,7 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
         torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - start)
-        if i == warmup - 1:
+        if i == warmup - 1 and not record:  # a recorded run keeps whole-run peaks, as its trace does
             torch.cuda.reset_peak_memory_stats()
     stats = torch.cuda.memory_stats()
     result = {
@@ -153,6 +154,7 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
         "gpu": torch.cuda.get_device_name(0),
     }
     if record:
+        result["gpu_total_bytes"] = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.memory._dump_snapshot(record)
         torch.cuda.memory._record_memory_history(enabled=None)
         result["snapshot"] = record
@@ -182,6 +184,65 @@ def spawn(workload: str, allocator: str, out: str, record: bool, timeout: int) -
         result = json.load(f)
     result["wall_s"] = time.perf_counter() - t0
     return result
+
+
+def replay_comparison(history: list[dict]) -> list[dict]:
+    """Each recorded native run replayed through torchmem's simulator (the same
+    caching allocator on a simulated device of the GPU's size): do peaks and the
+    final segment sizes match the native allocator's?"""
+    try:
+        import pickle
+
+        from torchmem import sim
+    except Exception as e:  # a build without the replayer, or without numpy
+        return [{"error": f"replay unavailable: {type(e).__name__}: {e}"}]
+    rows = []
+    for run in history:
+        if "error" in run or "snapshot" not in run:
+            continue
+        row = {"workload": run["workload"]}
+        try:
+            result = sim.replay(run["snapshot"], capacity=run["gpu_total_bytes"], skip_bad_events=True)
+            with open(run["snapshot"], "rb") as f:
+                native_snapshot = pickle.load(f)
+            native_segments = sorted(s["total_size"] for s in native_snapshot["segments"])
+            replay_segments = sorted(s["total_size"] for s in result.segments)
+            row.update(
+                native_peak_allocated=run["peak_allocated"],
+                replay_peak_allocated=result.peak_allocated,
+                native_peak_reserved=run["peak_reserved"],
+                replay_peak_reserved=result.peak_reserved,
+                native_segments=len(native_segments),
+                replay_segments=len(replay_segments),
+                segments_match=native_segments == replay_segments,
+                peaks_match=(run["peak_allocated"], run["peak_reserved"]) == (result.peak_allocated, result.peak_reserved),
+                completed=result.completed,
+                skipped_events=result.skipped,
+            )
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {e}"
+        rows.append(row)
+    return rows
+
+
+def replay_table(rows: list[dict]) -> str:
+    lines = [
+        "",
+        "Native history replayed through torchmem's simulator:",
+        "",
+        "| workload | peak allocated MiB native / replay | peak reserved MiB native / replay | segments native / replay | segment sizes match |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r.get('workload', '-')} | {r['error']} | | | |")
+            continue
+        lines.append(
+            f"| {r['workload']} | {mib(r['native_peak_allocated'])} / {mib(r['replay_peak_allocated'])} | "
+            f"{mib(r['native_peak_reserved'])} / {mib(r['replay_peak_reserved'])} | "
+            f"{r['native_segments']} / {r['replay_segments']} | {'yes' if r['segments_match'] else 'no'} |"
+        )
+    return "\n".join(lines)
 
 
 def mib(n) -> str:
@@ -247,9 +308,10 @@ def main() -> int:
         r = spawn(w, "native", args.out, record=True, timeout=args.timeout)
         print(json.dumps({k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})), flush=True)
         history.append(r)
-    table = summarise(results)
+    replays = replay_comparison(history)
+    table = summarise(results) + "\n" + replay_table(replays)
     with open(os.path.join(args.out, "bench_cuda.json"), "w") as f:
-        json.dump({"runs": results, "native_history": history}, f, indent=1)
+        json.dump({"runs": results, "native_history": history, "replay": replays}, f, indent=1)
     with open(os.path.join(args.out, "bench_cuda.md"), "w") as f:
         f.write(table + "\n")
     print(table)
