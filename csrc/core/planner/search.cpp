@@ -370,10 +370,11 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
   const Instance in = make_instance(buffers);
   const auto ranks = make_ranks(in, kDefaultPreorders);
   const Offset g = size_granularity(buffers);
-  // Heights are multiples of g. Each round first tries the proven bound (with
-  // 8x the nodes: real and crafted instances are often feasible there), then
-  // descends from the incumbent by steps that double after a success and
-  // halve after running out of nodes. Rounds double the node budget.
+  // Heights are multiples of g. Each round tries the proven bound, descends
+  // from the incumbent by steps that double after a success and halve after
+  // running out of nodes, then tries the bound again with 4x the nodes (real
+  // and crafted instances are often feasible there; attempts at the bound
+  // resume where the last one stopped). Rounds double the node budget.
   Offset proven = (lb + g - 1) / g * g;
   int64_t budget = std::max<int64_t>(int64_t(in.buffers.size()) * 64, 4096);
   RoundRobin at_bound;
@@ -395,7 +396,7 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
     return r.status;
   };
   while (!spent() && proven < result.height) {
-    decide(proven, 8 * budget);
+    decide(proven, budget);
     Offset step = g;
     while (proven < result.height && !spent()) {
       const Offset target = std::max(proven, result.height - step);
@@ -410,6 +411,7 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
         step = std::max(g, step / 2 / g * g);
       }
     }
+    if (!spent() && proven < result.height) decide(proven, 4 * budget);
     budget *= 2;
   }
   result.optimal = proven >= result.height;

@@ -1,0 +1,60 @@
+"""The planner's input: a buffer with a half-open lifetime and a size."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Hashable, Iterable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """``size`` bytes live over time steps ``[lower, upper)``.
+
+    A buffer ending at ``t`` and one starting at ``t`` may share bytes.
+    """
+
+    id: Hashable
+    lower: int
+    upper: int
+    size: int
+
+    def __post_init__(self) -> None:
+        for name in ("lower", "upper", "size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                try:
+                    as_int = int(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"buffer {self.id!r}: {name} must be an integer, got {value!r}") from None
+                if as_int != value:
+                    raise ValueError(f"buffer {self.id!r}: {name} must be an integer, got {value!r}")
+                object.__setattr__(self, name, as_int)
+        if self.size < 0:
+            raise ValueError(f"buffer {self.id!r}: negative size {self.size}")
+        if self.lower >= self.upper:
+            raise ValueError(f"buffer {self.id!r}: lower {self.lower} >= upper {self.upper} (lifetimes are [lower, upper))")
+
+
+def as_buffers(items: Iterable[Any]) -> list[Buffer]:
+    """Buffers from Buffer objects, ``(id, lower, upper, size)`` tuples or
+    mappings with those keys. Raises ValueError on anything else, on a
+    negative size, on lower >= upper and on duplicate ids."""
+    out: list[Buffer] = []
+    for k, item in enumerate(items):
+        if isinstance(item, Buffer):
+            b = item
+        elif isinstance(item, Mapping):
+            try:
+                b = Buffer(item.get("id", k), item["lower"], item["upper"], item["size"])
+            except KeyError as exc:
+                raise ValueError(f"buffer #{k}: missing key {exc.args[0]!r}") from None
+        elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 4:
+            b = Buffer(*item)
+        else:
+            raise ValueError(f"buffer #{k}: expected a Buffer, (id, lower, upper, size) or a mapping, got {item!r}")
+        out.append(b)
+    seen: set = set()
+    for b in out:
+        if b.id in seen:
+            raise ValueError(f"duplicate buffer id {b.id!r}")
+        seen.add(b.id)
+    return out

@@ -1,0 +1,114 @@
+"""``solve``: place buffers in one slab (the C++ planner in csrc/core/planner)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Optional
+
+from torchmem.plan.buffers import Buffer, as_buffers
+
+METHODS = ("auto", "naive", "greedy", "sweep", "bottom_up", "portfolio", "search")
+DEFAULT_TIME_LIMIT = 10.0
+
+ProgressFn = Callable[[float, int, int, str], None]
+
+
+def _core():
+    from torchmem import _C
+
+    return _C.planner
+
+
+def _columns(buffers: list[Buffer]) -> tuple[list[int], list[int], list[int]]:
+    return [b.lower for b in buffers], [b.upper for b in buffers], [b.size for b in buffers]
+
+
+@dataclass
+class Plan:
+    """A placement: ``offsets[i]`` is the byte offset of ``buffers[i]``.
+
+    ``height`` is the slab size (max offset + size, with sizes rounded up to
+    ``alignment``); ``lower_bound`` the most bytes live at one instant (no
+    placement can be lower); ``optimal`` is True when the height is proven
+    minimal; ``method`` names what produced the placement.
+    """
+
+    buffers: list[Buffer]
+    offsets: list[int]
+    height: int
+    lower_bound: int
+    method: str
+    optimal: bool
+    seconds: float
+    alignment: int = 1
+    nodes: int = 0
+    _by_id: dict = field(default_factory=dict, repr=False)
+
+    def offset_of(self, buffer_id: Hashable) -> int:
+        if not self._by_id:
+            self._by_id = {b.id: off for b, off in zip(self.buffers, self.offsets)}
+        return self._by_id[buffer_id]
+
+    def as_dict(self) -> dict[Hashable, int]:
+        return {b.id: off for b, off in zip(self.buffers, self.offsets)}
+
+    @property
+    def gap(self) -> float:
+        """(height - lower_bound) / lower_bound; 0 when the bound is 0."""
+        return (self.height - self.lower_bound) / self.lower_bound if self.lower_bound else 0.0
+
+    def validation_error(self) -> Optional[str]:
+        """None when valid, else a sentence naming two conflicting buffers."""
+        sized = [Buffer(b.id, b.lower, b.upper, -(-b.size // self.alignment) * self.alignment) for b in self.buffers]
+        for b, off in zip(self.buffers, self.offsets):
+            if off % self.alignment:
+                return f"buffer {b.id!r} at offset {off} is not aligned to {self.alignment}"
+        ok, first, second, message = _core().validate(*_columns(sized), list(self.offsets))
+        if ok:
+            return None
+        if first >= 0 and second >= 0:
+            a, b = self.buffers[first], self.buffers[second]
+            return f"buffers {a.id!r} and {b.id!r} overlap in time and space ({message})"
+        return message
+
+    def validate(self) -> bool:
+        """True when no two buffers that overlap in time overlap in space."""
+        return self.validation_error() is None
+
+
+def lower_bound(buffers: Iterable[Any]) -> int:
+    """The most bytes live at one instant."""
+    bs = as_buffers(buffers)
+    return int(_core().lower_bound(*_columns(bs))) if bs else 0
+
+
+def solve(
+    buffers: Iterable[Any],
+    method: str = "auto",
+    time_limit: Optional[float] = None,
+    alignment: int = 1,
+    progress: Optional[ProgressFn] = None,
+) -> Plan:
+    """Places every buffer at an offset; see torchmem/plan/__init__.py.
+
+    method: one of METHODS. ``auto`` runs the portfolio of fast methods, then
+    the exact search when the instance is small enough, until optimal or
+    ``time_limit`` seconds (default 10). ``alignment``: every offset and
+    size is rounded up to a multiple of it. ``progress(seconds, height,
+    lower_bound, phase)`` is called on every improvement.
+    Raises ValueError for bad buffers, an unknown method, a time limit <= 0
+    or an alignment < 1.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if time_limit is None:
+        time_limit = DEFAULT_TIME_LIMIT
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise ValueError(f"time limit must be a number > 0, got {time_limit!r}")
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment < 1:
+        raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
+    bs = as_buffers(buffers)
+    if not bs:
+        return Plan([], [], 0, 0, method, True, 0.0, alignment)
+    r = _core().solve(*_columns(bs), method, float(time_limit), alignment, progress)
+    return Plan(bs, list(r["offsets"]), r["height"], r["lower_bound"], r["method"], r["optimal"], r["seconds"],
+                alignment, r["nodes"])
