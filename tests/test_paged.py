@@ -312,6 +312,10 @@ def test_bad_calls():
         cache.append_tokens([a.seq_id, a.seq_id], [1, 2])
     with pytest.raises(ValueError, match="one token per sequence"):
         cache.append_tokens([a.seq_id], [1, 2])
+    with pytest.raises(ValueError, match="negative"):
+        cache.append(a.seq_id, -1)
+    with pytest.raises(ValueError, match="negative"):
+        cache.add_sequence(-3)
     cache.free(a.seq_id)
     with pytest.raises(KeyError):
         cache.free(a.seq_id)

@@ -173,6 +173,8 @@ class PagedKVCache:
         is not wanted for it). Full blocks of a cached prefix are shared."""
         bs = self.block_size
         if isinstance(tokens, int):
+            if tokens < 0:
+                raise ValueError(f"PagedKVCache.add_sequence: a negative token count ({tokens})")
             n, ids, hashable = tokens, None, False
         else:
             ids = _token_ids(tokens)
@@ -227,6 +229,8 @@ class PagedKVCache:
         seq = self._seq(seq_id)
         bs = self.block_size
         if isinstance(tokens, int):
+            if tokens < 0:
+                raise ValueError(f"PagedKVCache.append: a negative token count ({tokens})")
             n, ids = tokens, None
         else:
             ids = _token_ids(tokens)
