@@ -25,7 +25,9 @@ void* to_cuda_stream(Stream stream) { return reinterpret_cast<void*>(static_cast
 // where calling into Python could deadlock).
 thread_local std::shared_ptr<c10::GatheredContext> t_context;
 
-void add_stat(c10::CachingAllocator::Stat& dst, const Stat& src) {
+// c10's Stat moved between namespaces across releases: take whatever type it is.
+template <typename C10Stat>
+void add_stat(C10Stat& dst, const Stat& src) {
   dst.current += src.current;
   dst.peak += src.peak;
   dst.allocated += src.allocated;

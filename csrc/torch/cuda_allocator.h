@@ -52,8 +52,11 @@
 #include "core/caching_allocator.h"
 #include "cuda/cuda_device.h"
 
-#define TORCHMEM_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+// Version differences are handled without guessing release numbers where
+// possible: methods whose signatures changed are declared in each form (see
+// below), and c10 types are deduced. The oldest torch this was written for:
+static_assert(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8),
+              "torchmem's CUDA part needs torch 2.8 or newer (CUDAPluggableAllocator with mempool trace entries)");
 
 namespace torchmem::glue {
 
