@@ -123,7 +123,7 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
     import torch
 
     if record:
-        torch.cuda.memory._record_memory_history(max_entries=1_000_000)
+        torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
     steps = {"empty_del": empty_del, "gpt2": gpt2}[workload](torch)
     times = []
     for i, _ in enumerate(iter(lambda: None, 0)):
@@ -297,24 +297,32 @@ def main() -> int:
         print("bench_cuda: no CUDA GPU here; nothing to measure")
         return 0
     os.makedirs(args.out, exist_ok=True)
-    results = []
+    results: list[dict] = []
+    history: list[dict] = []
+    replays: list[dict] = []
+
+    def save() -> str:
+        # Written after every run, so a run cut short still leaves what it measured.
+        table = summarise(results) + ("\n" + replay_table(replays) if replays else "")
+        with open(os.path.join(args.out, "bench_cuda.json"), "w") as f:
+            json.dump({"runs": results, "native_history": history, "replay": replays}, f, indent=1)
+        with open(os.path.join(args.out, "bench_cuda.md"), "w") as f:
+            f.write(table + "\n")
+        return table
+
     for w in args.workloads.split(","):
         for a in ALLOCATORS:
             r = spawn(w, a, args.out, record=False, timeout=args.timeout)
             print(json.dumps(r), flush=True)
             results.append(r)
-    history = []
+            save()
     for w in args.workloads.split(","):
         r = spawn(w, "native", args.out, record=True, timeout=args.timeout)
         print(json.dumps({k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})), flush=True)
         history.append(r)
+        save()
     replays = replay_comparison(history)
-    table = summarise(results) + "\n" + replay_table(replays)
-    with open(os.path.join(args.out, "bench_cuda.json"), "w") as f:
-        json.dump({"runs": results, "native_history": history, "replay": replays}, f, indent=1)
-    with open(os.path.join(args.out, "bench_cuda.md"), "w") as f:
-        f.write(table + "\n")
-    print(table)
+    print(save())
     failed = [r for r in results if "error" in r]
     return 1 if failed else 0
 

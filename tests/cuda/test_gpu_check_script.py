@@ -84,3 +84,10 @@ def test_build_failure_skips_tests_and_benchmark(tmp_path):
     assert proc.returncode == 1
     assert "-m pytest" not in calls and "bench_cuda.py" not in calls
     assert "build failed: skipping" in (out / "summary.txt").read_text()
+
+
+def test_stages_past_the_time_budget_are_skipped_and_counted(tmp_path):
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="0", BUDGET_S="10")
+    assert proc.returncode >= 1
+    assert "setup.py" not in calls
+    assert "build: SKIPPED" in (out / "summary.txt").read_text()
