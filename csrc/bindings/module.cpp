@@ -6,4 +6,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_cpu_install(m);
   torchmem::bindings::bind_planner(m);
   torchmem::bindings::bind_paged(m);
+#ifdef TORCHMEM_WITH_CUDA
+  torchmem::bindings::bind_cuda(m);
+#endif
 }
