@@ -48,3 +48,45 @@ def test_module_imports_without_touching_cuda():
     assert torchmem is not None
     if torch.version.cuda is not None:
         assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
+def test_torch_dispatches_to_the_overrides_without_initialising_cuda():
+    """Works with or without a GPU: after the swap, torch's C++ entry points reach
+    torchmem's overrides (a bare pluggable allocator raises "does not yet support")."""
+    if not tmcuda.cuda_glue_built():
+        pytest.skip("built without CUDA_HOME: the CUDA part was skipped")
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import json, torch
+        from torchmem import cuda as tmcuda
+        tmcuda.install_cuda()
+        C = torch._C
+        stats = C._cuda_memoryStats(0)
+        C._cuda_resetPeakMemoryStats(0)
+        C._cuda_resetAccumulatedMemoryStats(0)
+        try:
+            snap = C._cuda_memorySnapshot(None)
+        except TypeError:
+            snap = C._cuda_memorySnapshot()
+        print(json.dumps({
+            "installed": tmcuda.installed(),
+            "backend": torch.cuda.get_allocator_backend(),
+            "num_ooms": stats["num_ooms"],
+            "has_segments": "segments" in snap,
+            "initialised": torch.cuda.is_initialized(),
+        }))
+        """
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(tmcuda.__file__)), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r == {"installed": True, "backend": "torchmem", "num_ooms": 0, "has_segments": True, "initialised": False}
