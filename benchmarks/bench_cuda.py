@@ -113,13 +113,15 @@ def gpt2(torch, steps: int = 30, batch: int = 8, seed: int = 0):
 
 
 def run_child(workload: str, allocator: str, record: str | None, warmup: int) -> dict:
+    note = ""
     if allocator == "torchmem":
         import torchmem
-
-        torchmem.install()  # before anything touches CUDA
         from torchmem import cuda as tmcuda
 
-        assert tmcuda.installed(), "torchmem.install() did not install the CUDA allocator"
+        torchmem.install()  # before anything touches CUDA
+        if not tmcuda.installed():
+            tmcuda.install_cuda()
+            note = "torchmem.install() did not install on CUDA; installed with torchmem.cuda.install_cuda()"
     import torch
 
     if record:
@@ -152,6 +154,8 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
         "num_alloc_retries": stats.get("num_alloc_retries", 0),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
+        "backend": torch.cuda.get_allocator_backend(),
+        "note": note,
     }
     if record:
         result["gpu_total_bytes"] = torch.cuda.get_device_properties(0).total_memory
