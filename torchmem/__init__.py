@@ -23,10 +23,17 @@ from torchmem.memory import (
     set_per_process_memory_fraction,
 )
 from torchmem.summary import memory_summary
+from torchmem.arena import Arena, ArenaEscapeError, arena
+from torchmem.paged import OutOfBlocksError, PagedKVCache
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Arena",
+    "ArenaEscapeError",
+    "OutOfBlocksError",
+    "PagedKVCache",
+    "arena",
     "caching_allocator",
     "empty_cache",
     "install",

@@ -8,6 +8,7 @@ namespace torchmem::bindings {
 
 void bind_caching(pybind11::module_& m);
 void bind_cpu_install(pybind11::module_& m);
+void bind_replay(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
 void bind_paged(pybind11::module_& m);
 void bind_cuda(pybind11::module_& m);  // CUDA builds only (TORCHMEM_WITH_CUDA)

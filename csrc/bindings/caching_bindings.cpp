@@ -27,7 +27,8 @@ void bind_caching(py::module_& m) {
   py::class_<HostDevice, Device, std::shared_ptr<HostDevice>>(m, "HostDevice")
       .def(py::init<size_t>(), py::arg("capacity") = 0);
   py::class_<SimDevice, Device, std::shared_ptr<SimDevice>>(m, "SimDevice")
-      .def(py::init<size_t, size_t>(), py::arg("capacity"), py::arg("page_size") = 2u << 20)
+      .def(py::init<size_t, size_t, size_t>(), py::arg("capacity"), py::arg("page_size") = 2u << 20,
+           py::arg("in_use_by_others") = 0)
       .def_property_readonly("live_segments", &SimDevice::live_segments);
 
   py::class_<Allocator, std::shared_ptr<Allocator>>(m, "Allocator")

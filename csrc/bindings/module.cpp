@@ -4,6 +4,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torchmem's C++ core";
   torchmem::bindings::bind_caching(m);
   torchmem::bindings::bind_cpu_install(m);
+  torchmem::bindings::bind_replay(m);
   torchmem::bindings::bind_planner(m);
   torchmem::bindings::bind_paged(m);
 #ifdef TORCHMEM_WITH_CUDA

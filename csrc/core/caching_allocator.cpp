@@ -131,6 +131,7 @@ bool CachingAllocator::trigger_free_memory_callbacks() {
 
 void* CachingAllocator::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
+  const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
   std::lock_guard<std::mutex> lock(mutex_);
   Request r{size, 0, 0, stream, nullptr};
   if (size > kMaxRequest) throw_oom(r);
@@ -150,7 +151,7 @@ void* CachingAllocator::allocate(size_t size, Stream stream) {
   }
   block = take_block(r, block);
   live_blocks_.emplace(block->addr, block);
-  history_.record(Action::kAlloc, block->addr, block->size, stream);
+  history_.record(Action::kAlloc, block->addr, size, stream, context);  // the requested size, as PyTorch
   return reinterpret_cast<void*>(block->addr);
 }
 
@@ -391,7 +392,7 @@ bool CachingAllocator::try_deallocate(void* ptr) {
   if (it == live_blocks_.end()) return false;
   Block* block = it->second;
   live_blocks_.erase(it);
-  history_.record(Action::kFreeRequested, block->addr, block->size, block->stream);
+  history_.record(Action::kFreeRequested, block->addr, block->requested_size, block->stream);
   block->allocated = false;
   for_pool_stats(block->pool->is_small, [&](size_t t) {
     stats_.allocation[t].decrease(1);
@@ -399,7 +400,7 @@ bool CachingAllocator::try_deallocate(void* ptr) {
     stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
   });
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
-  history_.record(Action::kFreeCompleted, block->addr, block->size, block->stream);
+  history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
   free_block(block);
   return true;
 }

@@ -57,6 +57,9 @@ class CachingAllocator final : public Allocator {
   void set_memory_fraction(double fraction);
 
   DeviceStats stats() const;
+  // The live statistics without taking the lock: only for an owner that is
+  // the allocator's sole user (the replayer).
+  const DeviceStats& stats_ref() const { return stats_; }
   void reset_peak_stats();
   void reset_accumulated_stats();
   size_t largest_free_block() const;

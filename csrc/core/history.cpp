@@ -21,7 +21,10 @@ const char* action_name(Action action) {
 
 void History::enable(size_t max_entries, ContextProvider provider) {
   max_entries_ = max_entries;
-  provider_ = std::move(provider);
+  std::shared_ptr<const ContextProvider> next;
+  if (provider && max_entries != 0) next = std::make_shared<const ContextProvider>(std::move(provider));
+  std::atomic_store(&provider_, next);
+  has_provider_.store(next != nullptr, std::memory_order_release);
   clear();
   if (max_entries_ != 0) ring_.reserve(std::min<size_t>(max_entries_, 1 << 20));
 }
@@ -31,11 +34,10 @@ void History::clear() {
   next_ = 0;
 }
 
-void History::record_slow(Action action, uintptr_t addr, size_t size, Stream stream) {
+void History::record_slow(Action action, uintptr_t addr, size_t size, Stream stream, uint64_t context) {
   const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  const uint64_t context = (provider_ && action == Action::kAlloc) ? provider_() : 0;
   TraceEntry entry{action, addr, size, stream, now, context};
   if (ring_.size() < max_entries_) {
     ring_.push_back(entry);

@@ -3,14 +3,18 @@
 //
 // Recording costs one predictable branch when disabled. When enabled, each
 // event is one write into a preallocated ring (no heap allocation once the
-// ring is full). A context provider, when set, is called on allocations to
-// tag them with an id (for example an interned Python stack).
-// Not thread safe by itself: the owning allocator calls it under its lock.
+// ring is full). A context provider, when set, tags allocations with an id
+// (for example an interned Python stack); the allocator calls context()
+// before taking its lock, so a provider may block (on the GIL) safely.
+// record(), enable(), entries() are not thread safe: the owning allocator
+// calls them under its lock. context() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/device.h"
@@ -49,9 +53,16 @@ class History {
   void enable(size_t max_entries, ContextProvider provider = nullptr);
   bool enabled() const { return max_entries_ != 0; }
 
-  void record(Action action, uintptr_t addr, size_t size, Stream stream) {
+  void record(Action action, uintptr_t addr, size_t size, Stream stream, uint64_t context = 0) {
     if (max_entries_ == 0) return;
-    record_slow(action, addr, size, stream);
+    record_slow(action, addr, size, stream, context);
+  }
+
+  // The provider's id for an allocation happening now, or 0 without one.
+  uint64_t context() const {
+    if (!has_provider_.load(std::memory_order_acquire)) return 0;
+    std::shared_ptr<const ContextProvider> provider = std::atomic_load(&provider_);
+    return provider ? (*provider)() : 0;
   }
 
   // Entries oldest first.
@@ -59,12 +70,13 @@ class History {
   void clear();
 
  private:
-  void record_slow(Action action, uintptr_t addr, size_t size, Stream stream);
+  void record_slow(Action action, uintptr_t addr, size_t size, Stream stream, uint64_t context);
 
   size_t max_entries_ = 0;
   size_t next_ = 0;        // ring position of the next write once full
   std::vector<TraceEntry> ring_;
-  ContextProvider provider_;
+  std::atomic<bool> has_provider_{false};
+  std::shared_ptr<const ContextProvider> provider_;
 };
 
 }  // namespace torchmem

@@ -9,10 +9,13 @@ constexpr uintptr_t kSimBase = uintptr_t(1) << 40;  // well away from 0
 constexpr uintptr_t kSimAlign = 2u << 20;
 }  // namespace
 
-SimDevice::SimDevice(size_t capacity_bytes, size_t page_size)
-    : capacity_(capacity_bytes), page_size_(page_size), next_address_(kSimBase) {
+SimDevice::SimDevice(size_t capacity_bytes, size_t page_size, size_t in_use_by_others)
+    : capacity_(capacity_bytes), page_size_(page_size), used_(in_use_by_others), next_address_(kSimBase) {
   if (page_size == 0 || (page_size & (page_size - 1)) != 0) {
     throw std::invalid_argument("SimDevice: page_size must be a power of two");
+  }
+  if (in_use_by_others > capacity_bytes) {
+    throw std::invalid_argument("SimDevice: memory in use by others exceeds the capacity");
   }
 }
 

@@ -15,7 +15,9 @@ namespace torchmem {
 
 class SimDevice final : public Device {
  public:
-  explicit SimDevice(size_t capacity_bytes, size_t page_size = 2u << 20);
+  // in_use_by_others: bytes of the capacity held outside the allocator (a
+  // CUDA context, communication buffers, other processes): never free.
+  explicit SimDevice(size_t capacity_bytes, size_t page_size = 2u << 20, size_t in_use_by_others = 0);
 
   std::string name() const override { return "sim"; }
   uintptr_t allocate(size_t size) override;

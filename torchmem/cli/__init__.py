@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["demo", "stats", "plan"]
+COMMANDS = ["demo", "replay", "plan"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,77 @@
+// Python face of the trace replayer: numpy columns in, plain data out.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.h"
+#include "bindings/convert.h"
+#include "core/replayer.h"
+
+namespace py = pybind11;
+
+namespace torchmem::bindings {
+
+namespace {
+
+template <typename T>
+using Column = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+py::dict oom_to_dict(const ReplayOom& oom) {
+  py::dict d;
+  d["index"] = oom.index;
+  d["size"] = oom.info.requested;
+  d["allocated"] = oom.info.allocated;
+  d["reserved"] = oom.info.reserved;
+  d["reserved_but_free"] = oom.info.reserved - oom.info.allocated;
+  d["largest_free"] = oom.info.largest_free;
+  d["device_free"] = oom.info.device_free;
+  d["message"] = oom.message;
+  return d;
+}
+
+}  // namespace
+
+void bind_replay(py::module_& m) {
+  py::class_<Replayer>(m, "Replayer")
+      .def(py::init([](size_t capacity, size_t others, const std::string& conf, uint64_t sample_every, bool skip) {
+             return std::make_unique<Replayer>(capacity, others, AllocatorConfig::parse(conf), sample_every, skip);
+           }),
+           py::arg("capacity"), py::arg("in_use_by_others") = 0, py::arg("conf") = "", py::arg("sample_every") = 1,
+           py::arg("skip_bad_events") = false)
+      .def(
+          "run",
+          [](Replayer& r, Column<uint8_t> ops, Column<uint64_t> ids, Column<uint64_t> sizes, Column<uint64_t> streams) {
+            const size_t n = static_cast<size_t>(ops.size());
+            if (ids.size() != ops.size() || sizes.size() != ops.size() || streams.size() != ops.size()) {
+              throw std::invalid_argument("replay: event columns differ in length");
+            }
+            py::gil_scoped_release release;
+            return r.run(ops.data(), ids.data(), sizes.data(), streams.data(), n);
+          },
+          py::arg("ops"), py::arg("ids"), py::arg("sizes"), py::arg("streams"))
+      .def_property_readonly("stopped", &Replayer::stopped)
+      .def_property_readonly("events", &Replayer::events)
+      .def_property_readonly("skipped", &Replayer::skipped)
+      .def_property_readonly("oom", [](const Replayer& r) -> py::object {
+        return r.oom() ? py::object(oom_to_dict(*r.oom())) : py::none();
+      })
+      .def("timeline",
+           [](const Replayer& r) {
+             const auto& t = r.timeline();
+             py::array_t<int64_t> out({static_cast<py::ssize_t>(t.size()), py::ssize_t(3)});
+             auto view = out.mutable_unchecked<2>();
+             for (size_t i = 0; i < t.size(); ++i) {
+               view(i, 0) = static_cast<int64_t>(t[i].index);
+               view(i, 1) = t[i].allocated;
+               view(i, 2) = t[i].reserved;
+             }
+             return out;
+           })
+      .def("stats", [](Replayer& r) { return stats_to_dict(r.allocator().stats()); })
+      .def("segments", [](Replayer& r) { return segments_to_list(r.allocator().segments()); })
+      .def("largest_free_block", [](Replayer& r) { return r.allocator().largest_free_block(); })
+      .def("check_invariants", [](Replayer& r) { r.allocator().check_invariants(); })
+      .def("enable_history", [](Replayer& r, size_t n) { r.allocator().history().enable(n); }, py::arg("max_entries"))
+      .def("history", [](Replayer& r) { return trace_to_list(r.allocator().history().entries()); });
+}
+
+}  // namespace torchmem::bindings

@@ -1,0 +1,48 @@
+"""Pictures of memory over time (matplotlib, imported only when drawing)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - matplotlib is a dependency of the plots only
+        raise RuntimeError("drawing needs matplotlib: pip install matplotlib") from exc
+    return plt
+
+
+def plot_replays(results: Sequence, path: str, title: str = "") -> None:
+    """Allocated and reserved over the trace, one panel per config, OOM marked."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.8 * len(results)), sharex=True, squeeze=False)
+    gib = 2**30
+    for ax, r in zip(axes[:, 0], results):
+        t = r.timeline
+        if len(t):
+            x, alloc, resv = t[:, 0], t[:, 1] / gib, t[:, 2] / gib
+            ax.fill_between(x, alloc, resv, color="tab:orange", alpha=0.35, step="post", label="reserved but free")
+            ax.step(x, resv, where="post", color="tab:orange", label="reserved")
+            ax.step(x, alloc, where="post", color="tab:blue", label="allocated")
+        ax.axhline(r.capacity / gib, color="black", lw=0.8, ls="--", label="capacity")
+        if r.oom:
+            ax.axvline(r.oom["index"], color="red", lw=1.2)
+            ax.annotate(
+                f"OOM: {r.oom['size'] / gib:.2f} GiB refused\nreserved {r.oom['reserved'] / gib:.1f}, allocated {r.oom['allocated'] / gib:.1f} GiB",
+                xy=(r.oom["index"], r.oom["reserved"] / gib), xytext=(-10, -10), textcoords="offset points",
+                ha="right", va="top", color="red", fontsize=9,
+            )
+        status = "completed" if r.completed else "out of memory"
+        ax.set_title(f"{r.conf or 'default config'}: {status}", fontsize=10, loc="left")
+        ax.set_ylabel("GiB")
+        ax.set_ylim(0, r.capacity / gib * 1.08)
+    axes[0, 0].legend(loc="lower right", fontsize=8, ncol=4)
+    axes[-1, 0].set_xlabel("event")
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
