@@ -155,7 +155,10 @@ def replay(
     """
     trace = as_trace(trace)
     capacity = parse_capacity(capacity)
-    conf = _C.parse_config(conf)
+    if not isinstance(conf, str):
+        raise TypeError(f"conf must be a string like 'expandable_segments:True', not {type(conf).__name__}")
+    _C.parse_config(conf)  # validates; names the bad key
+    conf = conf.strip()
     sample_every = max(1, (trace.total or 0) // MAX_TIMELINE_POINTS) if trace.total else 256
     others = parse_bytes(in_use_by_others, "in_use_by_others", allow_zero=True)
     if others >= capacity:

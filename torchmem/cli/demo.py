@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 
@@ -57,9 +58,45 @@ def mib(n: int) -> str:
     return f"{n / 2**20:.1f}M"
 
 
+DEMO_CONFS = [
+    "",
+    "expandable_segments:True",
+    "max_split_size_mb:512",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+]
+
+
+def replay_fragmentation(out_dir: str) -> None:
+    from torchmem import sim, workloads
+    from torchmem.plots import plot_replays
+
+    shape = workloads.FRAGMENTING_SHAPE
+    lengths = workloads.FRAGMENTING_LENGTHS
+    print(
+        f"A transformer with {shape.layers} layers (hidden {shape.hidden}, batch {shape.batch}) trained for {len(lengths)} steps "
+        f"with sequence lengths {', '.join(map(str, lengths))},\nreplayed on a simulated 80 GiB GPU "
+        "with PyTorch's default allocator settings:\n"
+    )
+    trace = workloads.fragmenting_training()
+    results = sim.compare(trace, DEMO_CONFS, capacity="80GiB")
+    print(results[0].explain())
+    print("\nPyTorch's message would read:\n  " + results[0].oom["message"] if results[0].oom else "")
+    print("\nThe same trace under other settings:\n")
+    print(f"{'config':<62} {'peak alloc':>10} {'peak resv':>10}  outcome")
+    for r in results:
+        outcome = "completed" if r.completed else f"OOM at event {r.oom['index']:,}"
+        print(f"{r.conf or '(default)':<62} {r.peak_allocated / 2**30:>9.2f}G {r.peak_reserved / 2**30:>9.2f}G  {outcome}")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "replay.png")
+    plot_replays(results[:2], path, title="the same training trace on a simulated 80 GiB GPU")
+    print(f"\nwrote {path}: allocated and reserved over the trace, default vs expandable segments")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise ValueError("--steps must be at least 1")
     print("== 1. The one-line swap: training a transformer on torchmem's caching allocator ==\n")
     train_with_torchmem(args.steps)
+    print("\n== 2. A fragmentation out-of-memory, reproduced on a simulated GPU, and its fix ==\n")
+    replay_fragmentation(args.out)
     return 0
