@@ -101,8 +101,16 @@ export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export MAX_JOBS=${MAX_JOBS:-16}
 say "build: CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
 
-# In place, against the installed torch (no build isolation, no dependency install).
-if stage build 200 "$PY" setup.py build_ext --inplace; then
+# In place, against the installed torch (no build isolation, no dependency
+# install). Without ninja, torch compiles the sources one at a time: allow more.
+BUILD_CAP=200
+if "$PY" -c "import torch.utils.cpp_extension as c, sys; sys.exit(0 if c.is_ninja_available() else 1)" 2>/dev/null; then
+  say "build: ninja found, $MAX_JOBS jobs"
+else
+  BUILD_CAP=320
+  say "build: no ninja here, so the build is serial (cap ${BUILD_CAP}s)"
+fi
+if stage build "$BUILD_CAP" "$PY" setup.py build_ext --inplace; then
   stage import 40 "$PY" -c "
 import torch, torchmem, torchmem._C as C
 from torchmem import cuda
