@@ -27,7 +27,8 @@ FAKE_PYTHON = textwrap.dedent(
       -) cat >/dev/null; echo "torch: fake"; exit 0 ;;
       *"setup.py build_ext --inplace"*) echo built; exit "${FAKE_BUILD_RC:-0}" ;;
       *"cuda_glue_built"*) exit 0 ;;
-      *"-m pytest"*) echo "1 failed, 12 passed in 3.0s"; exit 1 ;;
+      *"import pytest"*) exit "${FAKE_NO_PYTEST:-0}" ;;
+      *"-m pytest"*|*"run_without_pytest.py"*) echo "1 failed, 12 passed in 3.0s"; exit 1 ;;
       *"bench_cuda.py"*) out=$(echo "$args" | sed 's/.*--out \\([^ ]*\\).*/\\1/'); mkdir -p "$out";
                          echo "| gpt2 | torchmem | 1.0 |" > "$out/bench_cuda.md"; : > "$out/gpt2_native_snapshot.pickle"; exit 0 ;;
       *) exit 0 ;;
@@ -91,3 +92,9 @@ def test_stages_past_the_time_budget_are_skipped_and_counted(tmp_path):
     assert proc.returncode >= 1
     assert "setup.py" not in calls
     assert "build: SKIPPED" in (out / "summary.txt").read_text()
+
+
+def test_without_pytest_the_small_runner_runs_the_tests(tmp_path):
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKE_NO_PYTEST="1")
+    assert "run_without_pytest.py --junitxml" in calls and "-m pytest" not in calls
+    assert "no pytest here" in (out / "summary.txt").read_text()
