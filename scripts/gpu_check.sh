@@ -106,15 +106,46 @@ export MAX_JOBS=${MAX_JOBS:-16}
 say "build: CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_JOBS=$MAX_JOBS"
 
 # In place, against the installed torch (no build isolation, no dependency
-# install). Without ninja, torch compiles the sources one at a time: allow more.
-BUILD_CAP=200
+# install). Without ninja, torch compiles one source at a time; the build then
+# runs setup.py with distutils' compile() spread over MAX_JOBS threads.
 if "$PY" -c "import torch.utils.cpp_extension as c, sys; sys.exit(0 if c.is_ninja_available() else 1)" 2>/dev/null; then
   say "build: ninja found, $MAX_JOBS jobs"
+  build() { stage build 200 "$PY" setup.py build_ext --inplace; }
 else
-  BUILD_CAP=320
-  say "build: no ninja here, so the build is serial (cap ${BUILD_CAP}s)"
+  say "build: no ninja here: compiling $MAX_JOBS sources at a time through distutils"
+  build() {
+    stage build 260 "$PY" - build_ext --inplace <<'EOF'
+import os, runpy, sys
+from concurrent.futures import ThreadPoolExecutor
+
+import setuptools  # noqa: F401  (its distutils)
+from distutils import ccompiler
+
+
+def parallel_compile(self, sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                     extra_preargs=None, extra_postargs=None, depends=None):
+    macros, objects, extra_postargs, pp_opts, build = self._setup_compile(
+        output_dir, macros, include_dirs, sources, depends, extra_postargs)
+    cc_args = self._get_cc_args(pp_opts, debug, extra_preargs)
+
+    def one(obj):
+        src, ext = build[obj]
+        self._compile(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+    jobs = int(os.environ.get("MAX_JOBS", "8"))
+    print(f"gpu_check: compiling {len(build)} objects, {jobs} at a time", flush=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(one, [o for o in objects if o in build]))
+    return objects
+
+
+ccompiler.CCompiler.compile = parallel_compile
+sys.argv = ["setup.py"] + sys.argv[1:]
+runpy.run_path("setup.py", run_name="__main__")
+EOF
+  }
 fi
-if stage build "$BUILD_CAP" "$PY" setup.py build_ext --inplace; then
+if build; then
   stage import 40 "$PY" -c "
 import torch, torchmem, torchmem._C as C
 from torchmem import cuda

@@ -25,7 +25,9 @@ FAKE_PYTHON = textwrap.dedent(
     case "$args" in
       *"sys.exit(0 if torch.version.cuda"*) exit "${FAKE_GPU:-0}" ;;
       -) cat >/dev/null; echo "torch: fake"; exit 0 ;;
+      *"is_ninja_available"*) exit "${FAKE_NO_NINJA:-0}" ;;
       *"setup.py build_ext --inplace"*) echo built; exit "${FAKE_BUILD_RC:-0}" ;;
+      "- build_ext --inplace") cat > "$FAKE_LOG.stdin"; echo built; exit "${FAKE_BUILD_RC:-0}" ;;
       *"cuda_glue_built"*) exit 0 ;;
       *"import pytest"*) exit "${FAKE_NO_PYTEST:-0}" ;;
       *"-m pytest"*|*"run_without_pytest.py"*) echo "1 failed, 12 passed in 3.0s"; exit 1 ;;
@@ -98,3 +100,13 @@ def test_without_pytest_the_small_runner_runs_the_tests(tmp_path):
     proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKE_NO_PYTEST="1")
     assert "run_without_pytest.py --junitxml" in calls and "-m pytest" not in calls
     assert "no pytest here" in (out / "summary.txt").read_text()
+
+
+def test_without_ninja_the_build_compiles_in_parallel_threads(tmp_path):
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKE_NO_NINJA="1")
+    assert "- build_ext --inplace" in calls and "setup.py build_ext" not in calls
+    code = (tmp_path / "calls.log.stdin").read_text()
+    assert "ThreadPoolExecutor" in code and 'runpy.run_path("setup.py"' in code
+    compile(code, "build-wrapper", "exec")
+    assert "no ninja here" in (out / "summary.txt").read_text()
+    assert "-m pytest" in calls  # the build passed, so the tests ran
