@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/node_pool.h"
 
 namespace torchmem {
 
@@ -56,9 +57,12 @@ struct BlockByAddress {
 };
 
 struct BlockPool {
-  explicit BlockPool(bool small) : is_small(small) {}
-  std::set<Block*, BlockBySize> blocks;        // free, mapped blocks
-  std::set<Block*, BlockByAddress> unmapped;   // free, unmapped ranges of expandable segments
+  BlockPool(bool small, NodePool* nodes)
+      : blocks(BlockBySize{}, PoolAllocator<Block*>(nodes)),
+        unmapped(BlockByAddress{}, PoolAllocator<Block*>(nodes)),
+        is_small(small) {}
+  std::set<Block*, BlockBySize, PoolAllocator<Block*>> blocks;        // free, mapped blocks
+  std::set<Block*, BlockByAddress, PoolAllocator<Block*>> unmapped;   // free, unmapped ranges of expandable segments
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;  // ages blocks for garbage collection
 

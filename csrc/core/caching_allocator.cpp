@@ -94,8 +94,17 @@ CachingAllocator::~CachingAllocator() {
       device_.free(b->addr, total);
     }
   }
-  for (Block* b : all) delete b;
+  for (Block* b : all) destroy_block(b);
   expandable_segments_.clear();  // unmaps and releases their ranges
+}
+
+static_assert(sizeof(Block) <= NodePool::kChunk, "a Block must fit a node-pool chunk");
+
+Block* CachingAllocator::make_block() { return new (nodes_.take()) Block(); }
+
+void CachingAllocator::destroy_block(Block* block) {
+  block->~Block();
+  nodes_.give(block);
 }
 
 size_t CachingAllocator::round_size(size_t size) const {
@@ -198,7 +207,7 @@ bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
   const uintptr_t addr = device_.allocate(size);
   if (addr == 0) return false;
   total_reserved_ += size;
-  Block* block = new Block;
+  Block* block = make_block();
   block->addr = addr;
   block->size = size;
   block->stream = r.stream;
@@ -275,7 +284,7 @@ void CachingAllocator::release_block(Block* block) {
   ++stats_.num_device_free;
   history_.record(Action::kSegmentFree, block->addr, block->size, block->stream);
   block->pool->erase(block);
-  delete block;
+  destroy_block(block);
 }
 
 // Frees unsplit large cached segments, oldest (least reused) first, until
@@ -324,7 +333,7 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
   const bool is_small = r.pool->is_small;
   if (should_split(block, r.size)) {
     Block* remaining = block;
-    block = new Block;
+    block = make_block();
     block->addr = remaining->addr;
     block->size = r.size;
     block->stream = r.stream;
@@ -448,7 +457,7 @@ size_t CachingAllocator::merge(Block* dst, Block* src, BlockPool& pool) {
   const size_t subsumed = src->size;
   dst->size += subsumed;
   pool.erase(src);
-  delete src;
+  destroy_block(src);
   return subsumed;
 }
 

@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/expandable_segment.h"
 #include "core/history.h"
+#include "core/node_pool.h"
 #include "core/out_of_memory.h"
 #include "core/stats.h"
 
@@ -112,12 +113,19 @@ class CachingAllocator final : public Allocator {
   bool trigger_free_memory_callbacks();
   size_t limit_bytes() const;
 
+  Block* make_block();
+  void destroy_block(Block* block);
+
   Device& device_;
   AllocatorConfig config_;
   mutable std::mutex mutex_;
-  BlockPool large_blocks_{false};
-  BlockPool small_blocks_{true};
-  std::unordered_map<uintptr_t, Block*> live_blocks_;
+  NodePool nodes_;  // blocks and container nodes; outlives the containers below
+  BlockPool large_blocks_{false, &nodes_};
+  BlockPool small_blocks_{true, &nodes_};
+  using LiveMap = std::unordered_map<uintptr_t, Block*, std::hash<uintptr_t>, std::equal_to<uintptr_t>,
+                                     PoolAllocator<std::pair<const uintptr_t, Block*>>>;
+  LiveMap live_blocks_{64, std::hash<uintptr_t>{}, std::equal_to<uintptr_t>{},
+                       PoolAllocator<std::pair<const uintptr_t, Block*>>(&nodes_)};
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   DeviceStats stats_;
   size_t total_reserved_ = 0;

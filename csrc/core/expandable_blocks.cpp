@@ -9,15 +9,13 @@ namespace torchmem {
 
 namespace {
 
-Block* new_block(const Block& like, uintptr_t addr, size_t size, bool mapped) {
-  Block* b = new Block;
+void copy_identity(Block* b, const Block& like, uintptr_t addr, size_t size, bool mapped) {
   b->addr = addr;
   b->size = size;
   b->stream = like.stream;
   b->pool = like.pool;
   b->expandable = like.expandable;
   b->mapped = mapped;
-  return b;
 }
 
 // Links `b` between `prev` and `next` (either may be null).
@@ -56,7 +54,7 @@ Block* CachingAllocator::find_expandable_space(const Request& r) {
     return nullptr;
   }
   ExpandableSegment* segment = expandable_segments_.back().get();
-  Block* range = new Block;
+  Block* range = make_block();
   range->addr = segment->base();
   range->size = segment->size();
   range->stream = r.stream;
@@ -90,7 +88,8 @@ bool CachingAllocator::map_block(Block* block, size_t size) {
   pool.unmapped.erase(block);
   block->mapped = true;
   if (mapped.size < block->size) {
-    Block* rest = new_block(*block, block->addr + mapped.size, block->size - mapped.size, false);
+    Block* rest = make_block();
+    copy_identity(rest, *block, block->addr + mapped.size, block->size - mapped.size, false);
     link_between(rest, block, block->next);
     pool.unmapped.insert(rest);
     block->size = mapped.size;
@@ -115,12 +114,14 @@ void CachingAllocator::unmap_block(Block* block) {
   const size_t before = unmapped.addr - block->addr;
   const size_t after = block->size - before - unmapped.size;
   if (before > 0) {
-    Block* head = new_block(*block, block->addr, before, true);
+    Block* head = make_block();
+    copy_identity(head, *block, block->addr, before, true);
     link_between(head, block->prev, block);
     pool.insert(head);
   }
   if (after > 0) {
-    Block* tail = new_block(*block, unmapped.addr + unmapped.size, after, true);
+    Block* tail = make_block();
+    copy_identity(tail, *block, unmapped.addr + unmapped.size, after, true);
     link_between(tail, block, block->next);
     pool.insert(tail);
   }
@@ -141,7 +142,7 @@ void CachingAllocator::release_expandable_segment(Block* block) {
   if (block->mapped || block->prev || block->next) return;
   ExpandableSegment* segment = block->expandable;
   block->pool->unmapped.erase(block);
-  delete block;
+  destroy_block(block);
   auto it = std::find_if(expandable_segments_.begin(), expandable_segments_.end(),
                          [&](const std::unique_ptr<ExpandableSegment>& s) { return s.get() == segment; });
   expandable_segments_.erase(it);

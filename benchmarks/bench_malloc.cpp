@@ -1,0 +1,100 @@
+// Cost of a cached malloc+free pair in torchmem's core next to glibc's
+// malloc/free on the same size sequence, in one process.
+//
+// Two workloads, each over the same sequence of sizes (the ~20 distinct
+// sizes of a BERT-base step, 512 B to 16 MiB):
+//   pair:    malloc then free at once (the allocator's fast path);
+//   window:  keep 64 blocks live, free the oldest on each malloc, and write
+//            one byte per 4 KiB page of each new block (so memory the
+//            allocator returned to the OS costs page faults again).
+// Prints one JSON object per (workload, allocator, repeat).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "core/caching_allocator.h"
+#include "core/host_device.h"
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<size_t> size_sequence(size_t n) {
+  const size_t sizes[] = {512,     3072,    6144,    12288,   24576,   49152,   98304,
+                          196608,  393216,  786432,  1179648, 1572864, 2359296, 3145728,
+                          4718592, 6291456, 9437184, 12582912, 14155776, 16777216};
+  std::mt19937_64 rng(42);
+  std::vector<size_t> out(n);
+  for (auto& s : out) s = sizes[rng() % (sizeof(sizes) / sizeof(sizes[0]))];
+  return out;
+}
+
+struct Glibc {
+  void* allocate(size_t n) { return std::malloc(n); }
+  void deallocate(void* p) { std::free(p); }
+};
+
+struct Torchmem {
+  torchmem::HostDevice device;
+  torchmem::CachingAllocator caching{device};
+  void* allocate(size_t n) { return caching.allocate(n); }
+  void deallocate(void* p) { caching.deallocate(p); }
+};
+
+void touch(void* p, size_t n) {
+  auto* bytes = static_cast<volatile char*>(p);
+  for (size_t i = 0; i < n; i += 4096) bytes[i] = 1;
+}
+
+template <typename A>
+double pair_ns(A& a, const std::vector<size_t>& sizes) {
+  auto start = Clock::now();
+  for (size_t s : sizes) {
+    void* p = a.allocate(s);
+    static_cast<volatile char*>(p)[0] = 1;
+    a.deallocate(p);
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / sizes.size();
+}
+
+template <typename A>
+double window_ns(A& a, const std::vector<size_t>& sizes) {
+  std::deque<void*> live;
+  auto start = Clock::now();
+  for (size_t s : sizes) {
+    void* p = a.allocate(s);
+    touch(p, s);
+    live.push_back(p);
+    if (live.size() > 64) {
+      a.deallocate(live.front());
+      live.pop_front();
+    }
+  }
+  for (void* p : live) a.deallocate(p);
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / sizes.size();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 7;
+  const auto pairs = size_sequence(1'000'000);
+  const auto windows = size_sequence(4000);
+  Glibc glibc;
+  Torchmem ours;
+  pair_ns(glibc, pairs);  // warm up both
+  pair_ns(ours, pairs);
+  window_ns(glibc, windows);
+  window_ns(ours, windows);
+  for (int r = 0; r < repeats; ++r) {
+    std::printf("{\"workload\": \"pair\", \"allocator\": \"glibc\", \"ns\": %.2f}\n", pair_ns(glibc, pairs));
+    std::printf("{\"workload\": \"pair\", \"allocator\": \"torchmem\", \"ns\": %.2f}\n", pair_ns(ours, pairs));
+    std::printf("{\"workload\": \"window\", \"allocator\": \"glibc\", \"ns\": %.2f}\n", window_ns(glibc, windows));
+    std::printf("{\"workload\": \"window\", \"allocator\": \"torchmem\", \"ns\": %.2f}\n", window_ns(ours, windows));
+  }
+  return 0;
+}
