@@ -10,42 +10,46 @@ namespace torchmem::planner {
 
 namespace {
 
-// Range max, range assign (the assigned value is >= every value in range).
+// Range max and range chmax over sections, iterative. Values at a point
+// only grow, so a chmax tag on a node never needs pushing down: a point's
+// value is the max of the tags on its root path, and `sub` keeps the max
+// over a subtree including the tags inside it.
 class Skyline {
  public:
-  explicit Skyline(int32_t n) : n_(std::max(n, 1)), max_(4 * n_, 0), lazy_(4 * n_, -1) {}
-  Offset query(int32_t l, int32_t r) { return query(1, 0, n_, l, r); }
-  void assign(int32_t l, int32_t r, Offset v) { assign(1, 0, n_, l, r, v); }
+  explicit Skyline(int32_t n) : n_(std::max(n, 1)), tag_(2 * n_, 0), sub_(2 * n_, 0) {}
+
+  Offset query(int32_t l, int32_t r) const {
+    Offset res = 0;
+    for (int32_t p = (l + n_) >> 1; p >= 1; p >>= 1) res = std::max(res, tag_[p]);
+    for (int32_t p = (r - 1 + n_) >> 1; p >= 1; p >>= 1) res = std::max(res, tag_[p]);
+    for (int32_t a = l + n_, b = r + n_; a < b; a >>= 1, b >>= 1) {
+      if (a & 1) res = std::max(res, sub_[a++]);
+      if (b & 1) res = std::max(res, sub_[--b]);
+    }
+    return res;
+  }
+
+  void chmax(int32_t l, int32_t r, Offset v) {
+    for (int32_t a = l + n_, b = r + n_; a < b; a >>= 1, b >>= 1) {
+      if (a & 1) apply(a++, v);
+      if (b & 1) apply(--b, v);
+    }
+    pull(l + n_);
+    pull(r - 1 + n_);
+  }
 
  private:
-  void push(int32_t node) {
-    if (lazy_[node] < 0) return;
-    for (int32_t c : {2 * node, 2 * node + 1}) max_[c] = lazy_[c] = lazy_[node];
-    lazy_[node] = -1;
+  void apply(int32_t p, Offset v) {
+    tag_[p] = std::max(tag_[p], v);
+    sub_[p] = std::max(sub_[p], v);
   }
-  Offset query(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r) {
-    if (r <= nl || nr <= l) return 0;
-    if (l <= nl && nr <= r) return max_[node];
-    push(node);
-    const int32_t m = (nl + nr) / 2;
-    return std::max(query(2 * node, nl, m, l, r), query(2 * node + 1, m, nr, l, r));
-  }
-  void assign(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r, Offset v) {
-    if (r <= nl || nr <= l) return;
-    if (l <= nl && nr <= r) {
-      max_[node] = lazy_[node] = v;
-      return;
-    }
-    push(node);
-    const int32_t m = (nl + nr) / 2;
-    assign(2 * node, nl, m, l, r, v);
-    assign(2 * node + 1, m, nr, l, r, v);
-    max_[node] = std::max(max_[2 * node], max_[2 * node + 1]);
+  void pull(int32_t p) {
+    for (p >>= 1; p >= 1; p >>= 1) sub_[p] = std::max({sub_[2 * p], sub_[2 * p + 1], tag_[p]});
   }
 
   int32_t n_;
-  std::vector<Offset> max_;
-  std::vector<Offset> lazy_;
+  std::vector<Offset> tag_;
+  std::vector<Offset> sub_;
 };
 
 }  // namespace
@@ -69,7 +73,7 @@ std::vector<Offset> place_bottom_up(const std::vector<Buffer>& buffers, const Se
       continue;
     }
     offsets[b] = now;
-    sky.assign(sections.first[b], sections.last[b], now + buffers[b].size);
+    sky.chmax(sections.first[b], sections.last[b], now + buffers[b].size);
   }
   return offsets;
 }

@@ -39,7 +39,7 @@ int64_t count_overlapping_pairs(const std::vector<Buffer>& buffers) {
   return pairs;
 }
 
-OverlapIndex::OverlapIndex(const std::vector<Buffer>& buffers) : buffers_(&buffers) {
+OverlapIndex::OverlapIndex(const std::vector<Buffer>& buffers, bool all_active) : buffers_(&buffers) {
   const int32_t n = int32_t(buffers.size());
   order_.resize(n);
   std::iota(order_.begin(), order_.end(), 0);
@@ -65,7 +65,27 @@ OverlapIndex::OverlapIndex(const std::vector<Buffer>& buffers) : buffers_(&buffe
       tree[node] = std::max(tree[2 * node], tree[2 * node + 1]);
     }
   };
-  Build{buffers, order_, max_upper_}(1, 0, size_);
+  position_.resize(n);
+  for (int32_t i = 0; i < n; ++i) position_[order_[i]] = i;
+  if (all_active) Build{buffers, order_, max_upper_}(1, 0, size_);
+}
+
+void OverlapIndex::activate(int32_t b) {
+  const Time upper = (*buffers_)[b].upper;
+  int32_t node = 1, l = 0, r = size_;
+  const int32_t pos = position_[b];
+  while (true) {
+    max_upper_[node] = std::max(max_upper_[node], upper);
+    if (r - l == 1) break;
+    const int32_t m = (l + r) / 2;
+    if (pos < m) {
+      node = 2 * node;
+      r = m;
+    } else {
+      node = 2 * node + 1;
+      l = m;
+    }
+  }
 }
 
 int32_t OverlapIndex::upper_position(Time hi) const {

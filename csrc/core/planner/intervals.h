@@ -31,7 +31,11 @@ int64_t count_overlapping_pairs(const std::vector<Buffer>& buffers);
 
 class OverlapIndex {
  public:
-  explicit OverlapIndex(const std::vector<Buffer>& buffers);
+  // all_active: every buffer is reported; otherwise only those passed to
+  // activate() (e.g. the buffers placed so far).
+  explicit OverlapIndex(const std::vector<Buffer>& buffers, bool all_active = true);
+
+  void activate(int32_t b);
 
   // Calls fn(j) for every j != b whose lifetime overlaps buffer b's.
   template <typename Fn>
@@ -61,7 +65,8 @@ class OverlapIndex {
   int32_t size_ = 0;
   std::vector<int32_t> order_;      // buffer indices by lower
   std::vector<Time> lowers_;        // lowers in that order
-  std::vector<Time> max_upper_;     // segment tree over order_
+  std::vector<Time> max_upper_;     // segment tree over order_ (INT64_MIN: inactive)
+  std::vector<int32_t> position_;   // buffer index -> position in order_
 };
 
 }  // namespace torchmem::planner

@@ -52,7 +52,7 @@ Solution solve(const std::vector<Buffer>& input, const SolveOptions& options) {
     out.method = "portfolio:" + p.member;
     report(out.method, p.height);
     const bool small = count_overlapping_pairs(buffers) <= kSearchMaxPairs;
-    if (m == "search" || (m == "auto" && small)) {
+    if ((m == "search" || m == "auto") && small && p.height > out.lower_bound) {
       SearchLimits limits;
       limits.deadline = deadline;
       limits.cancel = options.cancel;

@@ -10,7 +10,8 @@
 //   search     portfolio, then branch and bound (search.h) until optimal or
 //              the time limit
 //   auto       search when the instance is small enough for it (pairs of
-//              time-overlapping buffers <= kSearchMaxPairs), else portfolio
+//              time-overlapping buffers <= kSearchMaxPairs; the search
+//              keeps its overlap lists in memory), else portfolio
 //
 // Thread safety: solve() is reentrant; `progress` is called from the
 // calling thread. Throws std::invalid_argument for bad input (check_buffers)
@@ -27,7 +28,7 @@
 
 namespace torchmem::planner {
 
-constexpr int64_t kSearchMaxPairs = 2'000'000;
+constexpr int64_t kSearchMaxPairs = 20'000'000;
 constexpr double kDefaultTimeLimit = 10.0;
 
 struct Progress {

@@ -51,6 +51,12 @@ std::vector<int32_t> preorder(const std::vector<Buffer>& buffers, const Sections
         for (size_t i = 0; i < n; ++i) col[i] = double(p[i]);
         break;
       }
+      case 'P': {
+        const auto p = pressures(buffers, sections);
+        const int64_t peak = p.empty() ? 0 : *std::max_element(p.begin(), p.end());
+        for (size_t i = 0; i < n; ++i) col[i] = p[i] == peak ? 1 : 0;
+        break;
+      }
       case 'W':
         for (size_t i = 0; i < n; ++i) col[i] = double(sections.last[i] - sections.first[i]);
         break;
@@ -63,6 +69,22 @@ std::vector<int32_t> preorder(const std::vector<Buffer>& buffers, const Sections
       case 'L':
         for (size_t i = 0; i < n; ++i) col[i] = double(buffers[i].upper - buffers[i].lower);
         break;
+      case 'H':
+      case 'Q': {
+        // Long-lived: alive for at least half (H) or a tenth (Q) of the horizon.
+        Time t0 = 0, t1 = 0;
+        if (n > 0) {
+          t0 = buffers[0].lower;
+          t1 = buffers[0].upper;
+          for (const Buffer& b : buffers) {
+            t0 = std::min(t0, b.lower);
+            t1 = std::max(t1, b.upper);
+          }
+        }
+        const double horizon = double(t1 - t0) * (c == 'H' ? 0.5 : 0.1);
+        for (size_t i = 0; i < n; ++i) col[i] = double(buffers[i].upper - buffers[i].lower) >= horizon ? 1 : 0;
+        break;
+      }
       default:
         throw std::invalid_argument(std::string("unknown preorder key '") + c + "'");
     }

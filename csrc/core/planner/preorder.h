@@ -6,6 +6,9 @@
 //   A  area: size x lifetime length
 //   Z  size
 //   L  lifetime length
+//   H  1 when alive for at least half of the whole horizon, else 0
+//   Q  1 when alive for at least a tenth of the whole horizon, else 0
+//   P  1 when live at an instant of peak live bytes, else 0
 // Ties after all keys go to the lower index.
 #pragma once
 

@@ -1,8 +1,10 @@
 #include "core/planner/search.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <tuple>
 
@@ -74,6 +76,50 @@ Instance make_instance(const std::vector<Buffer>& all) {
   return in;
 }
 
+// Range add, range max over sections (the bytes still unplaced in each).
+class MaxTree {
+ public:
+  explicit MaxTree(const std::vector<Offset>& values) : n_(std::max<int32_t>(int32_t(values.size()), 1)),
+                                                          max_(4 * n_, 0), add_(4 * n_, 0) {
+    build(1, 0, n_, values);
+  }
+  Offset max(int32_t l, int32_t r) const { return max(1, 0, n_, l, r); }
+  void add(int32_t l, int32_t r, Offset v) { add(1, 0, n_, l, r, v); }
+
+ private:
+  void build(int32_t node, int32_t nl, int32_t nr, const std::vector<Offset>& values) {
+    if (nr - nl == 1) {
+      max_[node] = nl < int32_t(values.size()) ? values[nl] : 0;
+      return;
+    }
+    const int32_t m = (nl + nr) / 2;
+    build(2 * node, nl, m, values);
+    build(2 * node + 1, m, nr, values);
+    max_[node] = std::max(max_[2 * node], max_[2 * node + 1]);
+  }
+  Offset max(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r) const {
+    if (r <= nl || nr <= l) return std::numeric_limits<Offset>::min();
+    if (l <= nl && nr <= r) return max_[node];
+    const int32_t m = (nl + nr) / 2;
+    return add_[node] + std::max(max(2 * node, nl, m, l, r), max(2 * node + 1, m, nr, l, r));
+  }
+  void add(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r, Offset v) {
+    if (r <= nl || nr <= l) return;
+    if (l <= nl && nr <= r) {
+      max_[node] += v;
+      add_[node] += v;
+      return;
+    }
+    const int32_t m = (nl + nr) / 2;
+    add(2 * node, nl, m, l, r, v);
+    add(2 * node + 1, m, nr, l, r, v);
+    max_[node] = add_[node] + std::max(max_[2 * node], max_[2 * node + 1]);
+  }
+
+  int32_t n_;
+  std::vector<Offset> max_, add_;
+};
+
 class Searcher {
  public:
   Searcher(const Instance& in, Offset capacity, std::string keys, std::vector<int32_t> rank, int64_t node_limit,
@@ -92,6 +138,7 @@ class Searcher {
       for (int32_t k = in.sections.first[b]; k < in.sections.last[b]; ++k) sec_total_[k] += in.buffers[b].size;
       for (int32_t k = in.sections.first[b]; k + 1 < in.sections.last[b]; ++k) ++cuts_[k];
     }
+    totals_ = std::make_unique<MaxTree>(sec_total_);
   }
 
   SearchStatus run() {
@@ -153,16 +200,21 @@ class Searcher {
         default: return double(x.upper - x.lower);
       }
     };
-    std::vector<std::pair<std::vector<double>, int32_t>> keyed;
-    for (int32_t b : part) {
-      std::vector<double> k;
-      for (char c : keys_) k.push_back(-key(b, c));
-      keyed.emplace_back(std::move(k), b);
+    struct Keyed {
+      std::array<double, 4> key;
+      int32_t b;
+      bool operator<(const Keyed& o) const { return key != o.key ? key < o.key : b < o.b; }
+    };
+    std::vector<Keyed> keyed(part.size());
+    for (size_t i = 0; i < part.size(); ++i) {
+      keyed[i].b = part[i];
+      keyed[i].key.fill(0);
+      for (size_t c = 0; c < keys_.size() && c < 4; ++c) keyed[i].key[c] = -key(part[i], keys_[c]);
     }
     std::sort(keyed.begin(), keyed.end());
     std::vector<int32_t> saved(part.size());
     for (size_t i = 0; i < keyed.size(); ++i) {
-      part[i] = keyed[i].second;
+      part[i] = keyed[i].b;
       saved[i] = rank_[part[i]];
       rank_[part[i]] = int32_t(i);
     }
@@ -202,7 +254,7 @@ class Searcher {
     for (const auto& [f, r, b] : cands) {
       const Mark mark = place(b, f);
       SearchStatus st = SearchStatus::kInfeasible;
-      if (consistent(lo, hi, f)) st = descend(list, lo, hi, f, r, b);
+      if (consistent(lo, hi, f, b, mark.floors)) st = descend(list, lo, hi, f, r, b);
       undo(mark, b);
       if (st != SearchStatus::kInfeasible) return st;
     }
@@ -222,20 +274,47 @@ class Searcher {
 
   // Section inference. A section's floor is also at least the lowest floor
   // of its unplaced buffers: look for one low enough to pass, stop early.
-  bool consistent(int32_t lo, int32_t hi, Offset f) {
-    for (int32_t k = lo; k < hi; ++k) {
-      if (sec_total_[k] == 0) continue;
-      const Offset limit = cap_ - sec_total_[k];
-      if (std::max(sec_floor_[k], f) > limit) return false;
-      const int32_t w = witness_[k];
-      if (w >= 0 && off_[w] < 0 && floor_[w] <= limit) continue;
-      bool witness = false;
-      for (int64_t e = in_.mem_start[k]; e < in_.mem_start[k + 1] && !witness; ++e) {
-        const int32_t o = in_.mem[e];
-        witness = off_[o] < 0 && floor_[o] <= limit;
-        if (witness) witness_[k] = o;
+  bool section_ok(int32_t k, Offset f) {
+    if (sec_total_[k] == 0) return true;
+    const Offset limit = cap_ - sec_total_[k];
+    if (std::max(sec_floor_[k], f) > limit) return false;
+    const int32_t w = witness_[k];
+    if (w >= 0 && off_[w] < 0 && floor_[w] <= limit) return true;
+    for (int64_t e = in_.mem_start[k]; e < in_.mem_start[k + 1]; ++e) {
+      const int32_t o = in_.mem[e];
+      if (off_[o] < 0 && floor_[o] <= limit) {
+        witness_[k] = o;
+        return true;
       }
-      if (!witness) return false;
+    }
+    return false;
+  }
+
+  // Incremental: the state before placing b was consistent, so only the
+  // sections whose state changed need checking: b's own, those of buffers
+  // whose floor rose (from `floors_from` in the log), and, for the rising
+  // offset f, the section with the most bytes unplaced. The section that
+  // failed last time is tried first (failures repeat among siblings).
+  bool consistent(int32_t lo, int32_t hi, Offset f, int32_t b, size_t floors_from) {
+    if (f + totals_->max(lo, hi) > cap_) return false;
+    if (last_fail_ >= lo && last_fail_ < hi && !section_ok(last_fail_, f)) return false;
+    const Sections& s = in_.sections;
+    ranges_.clear();
+    ranges_.emplace_back(s.first[b], s.last[b]);
+    for (size_t i = floors_from; i < floor_log_.size(); ++i) {
+      const int32_t o = floor_log_[i].first;
+      ranges_.emplace_back(s.first[o], s.last[o]);
+    }
+    std::sort(ranges_.begin(), ranges_.end());
+    int32_t done = lo;
+    for (const auto& [l, r] : ranges_) {
+      for (int32_t k = std::max(l, done); k < r; ++k) {
+        if (!section_ok(k, f)) {
+          last_fail_ = k;
+          return false;
+        }
+      }
+      done = std::max(done, r);
     }
     return true;
   }
@@ -255,6 +334,7 @@ class Searcher {
       sec_floor_[k] = std::max(sec_floor_[k], top);
       sec_total_[k] -= in_.buffers[b].size;
     }
+    totals_->add(s.first[b], s.last[b], -in_.buffers[b].size);
     for (int64_t e = in_.adj_start[b]; e < in_.adj_start[b + 1]; ++e) {
       const int32_t o = in_.adj[e];
       if (off_[o] >= 0 || floor_[o] >= top) continue;
@@ -275,6 +355,7 @@ class Searcher {
     }
     const Sections& s = in_.sections;
     for (int32_t k = s.first[b]; k < s.last[b]; ++k) sec_total_[k] += in_.buffers[b].size;
+    totals_->add(s.first[b], s.last[b], in_.buffers[b].size);
     off_[b] = -1;
   }
 
@@ -288,6 +369,9 @@ class Searcher {
   std::vector<Offset> off_, floor_, solution_, sec_floor_, sec_total_;
   std::vector<int32_t> cuts_;
   std::vector<int32_t> witness_;  // per section: the last buffer that passed it (a hint)
+  int32_t last_fail_ = -1;        // the section that failed the last check (a hint)
+  std::unique_ptr<MaxTree> totals_;  // mirrors sec_total_
+  std::vector<std::pair<int32_t, int32_t>> ranges_;
   std::vector<std::pair<int32_t, Offset>> floor_log_, sec_log_;
 };
 
@@ -359,7 +443,8 @@ SearchResult search_capacity(const std::vector<Buffer>& buffers, Offset capacity
 
 MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<Offset> incumbent,
                                Offset lb, const SearchLimits& limits,
-                               const std::function<void(Offset)>& on_improve) {
+                               const std::function<void(Offset)>& on_improve,
+                               const std::vector<std::string>& preorders) {
   MinimizeResult result;
   result.offsets = std::move(incumbent);
   result.height = height_of(buffers, result.offsets);
@@ -368,7 +453,10 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
     return result;
   }
   const Instance in = make_instance(buffers);
-  const auto ranks = make_ranks(in, kDefaultPreorders);
+  const bool large = in.buffers.size() > kLargeInstance;
+  static const std::vector<std::string> kLargePreorders = {"AZ"};
+  const std::vector<std::string>& keys = !preorders.empty() ? preorders : large ? kLargePreorders : kDefaultPreorders;
+  const auto ranks = make_ranks(in, keys);
   const Offset g = size_granularity(buffers);
   // Heights are multiples of g. Each round tries the proven bound, descends
   // from the incumbent by steps that double after a success and halve after
@@ -376,14 +464,14 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
   // and crafted instances are often feasible there; attempts at the bound
   // resume where the last one stopped). Rounds double the node budget.
   Offset proven = (lb + g - 1) / g * g;
-  int64_t budget = std::max<int64_t>(int64_t(in.buffers.size()) * 64, 4096);
+  int64_t budget = large ? int64_t(in.buffers.size()) * 2 : std::max<int64_t>(int64_t(in.buffers.size()) * 64, 4096);
   RoundRobin at_bound;
   const int64_t total = limits.node_limit < 0 ? std::numeric_limits<int64_t>::max() : limits.node_limit;
   auto spent = [&] { return out_of_time(limits) || result.nodes >= total; };
   auto decide = [&](Offset target, int64_t nodes) {
     SearchLimits sub = limits;
     sub.node_limit = std::min(nodes, total - result.nodes);
-    const SearchResult r = search_instance(in, buffers.size(), target, ranks, kDefaultPreorders, sub,
+    const SearchResult r = search_instance(in, buffers.size(), target, ranks, keys, sub,
                                            target == (lb + g - 1) / g * g ? &at_bound : nullptr);
     result.nodes += r.nodes;
     if (r.status == SearchStatus::kFound) {
@@ -396,13 +484,13 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
     return r.status;
   };
   while (!spent() && proven < result.height) {
-    decide(proven, budget);
-    Offset step = g;
+    if (!large) decide(proven, budget);
+    Offset step = large ? std::max(g, (result.height - proven) / 2 / g * g) : g;
     while (proven < result.height && !spent()) {
       const Offset target = std::max(proven, result.height - step);
       const SearchStatus st = decide(target, budget);
       if (st == SearchStatus::kFound) {
-        step *= 2;
+        if (!large) step *= 2;
       } else if (st == SearchStatus::kInfeasible) {
         step = std::max(g, (result.height - proven) / 2 / g * g);
       } else if (step == g) {
@@ -411,7 +499,7 @@ MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<O
         step = std::max(g, step / 2 / g * g);
       }
     }
-    if (!spent() && proven < result.height) decide(proven, 4 * budget);
+    if (!large && !spent() && proven < result.height) decide(proven, 4 * budget);
     budget *= 2;
   }
   result.optimal = proven >= result.height;

@@ -65,8 +65,15 @@ struct MinimizeResult {
   int64_t nodes = 0;
 };
 
+// Large instances (over kLargeInstance buffers) skip the attempts at the
+// bound and search with small node budgets (a dive with a little
+// backtracking) under preorder "AZ", the first target halfway from the
+// incumbent down to the bound. `preorders` empty: the defaults.
+constexpr size_t kLargeInstance = 2000;
+
 MinimizeResult search_minimize(const std::vector<Buffer>& buffers, std::vector<Offset> incumbent,
                                Offset lower_bound, const SearchLimits& limits,
-                               const std::function<void(Offset)>& on_improve = {});
+                               const std::function<void(Offset)>& on_improve = {},
+                               const std::vector<std::string>& preorders = {});
 
 }  // namespace torchmem::planner
