@@ -64,9 +64,11 @@ build() {
   if [ ${#jobs[@]} -gt 0 ]; then
     echo "== $name: compiling ${#jobs[@]} files ($OPT, $JOBS jobs)" >&2
     printf '%s\n' "${jobs[@]}" | xargs -P "$JOBS" -I{} sh -c \
-      'src="${1%%|*}"; obj="${1##*|}"; '"$CXX $COMMON $flags"' -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"' _ {}
+      'src="${1%%|*}"; obj="${1##*|}"; '"$CXX $COMMON $flags"' -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"' _ {} >&2 \
+      || return 1
   fi
-  "$CXX" $COMMON $flags "$dir"/*.o -o "$dir/core_driver"
+  rm -f "$dir/core_driver"
+  "$CXX" $COMMON $flags "$dir"/*.o -o "$dir/core_driver" >&2 || return 1
   echo "$dir/core_driver"
 }
 
@@ -80,7 +82,11 @@ for name in $SANITIZERS; do
     exit 2
   fi
   rm -f /tmp/torchmem_sanitize_probe.$$
-  binary="$(build "$name" | tail -n 1)"
+  if ! binary="$(build "$name")" || [ ! -x "$binary" ]; then
+    echo "== $name: BUILD FAILED" >&2
+    status=1
+    continue
+  fi
   echo "== $name: $binary $DRIVER_ARGS"
   case "$name" in
     asan)
