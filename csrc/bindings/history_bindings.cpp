@@ -16,6 +16,8 @@
 #include <frameobject.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -138,11 +140,7 @@ class StackTable {
     auto it = codes_.find(key);
     if (it != codes_.end()) return it->second;
     PyObject* file = PyObject_GetAttrString(key, "co_filename");
-    PyObject* name = PyObject_GetAttrString(key, "co_qualname");
-    if (name == nullptr) {
-      PyErr_Clear();
-      name = PyObject_GetAttrString(key, "co_name");
-    }
+    PyObject* name = PyObject_GetAttrString(key, "co_name");  // PyTorch's frames carry co_name too
     if (file == nullptr || name == nullptr) PyErr_Clear();
     CodeInfo info{intern_string(file), intern_string(name)};
     Py_XDECREF(file);
@@ -220,6 +218,19 @@ void bind_history(py::module_& m) {
       "history_entries", [](CachingAllocator& a) { return trace_to_list(a.history().entries()); },
       py::arg("allocator"),
       "History entries oldest first: {'action', 'addr', 'size', 'stream', 'time_us', 'context'}.");
+  m.def(
+      "time_malloc_free",
+      [](CachingAllocator& a, size_t size, size_t pairs) {
+        // For benchmarks: `pairs` cached allocate+deallocate pairs from C++,
+        // with the GIL released (as around PyTorch's operators); ns per pair.
+        py::gil_scoped_release release;
+        a.deallocate(a.allocate(size));  // warm the cache
+        const auto start = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < pairs; ++i) a.deallocate(a.allocate(size));
+        const auto ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+        return ns / static_cast<double>(std::max<size_t>(pairs, 1));
+      },
+      py::arg("allocator"), py::arg("size"), py::arg("pairs"));
 }
 
 }  // namespace torchmem::bindings

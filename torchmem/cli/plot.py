@@ -1,0 +1,53 @@
+"""`torchmem plot`: pictures of a memory snapshot (PNG)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plot",
+        help="draw a snapshot: memory over time, or a map of its segments (PNG)",
+        description="Draw a memory snapshot (torchmem.dump_snapshot() or torch.cuda.memory._dump_snapshot()). "
+        "By default: allocated and reserved over the recorded history, the gap between them shaded, the "
+        "largest free block, OOMs marked. With --segments: one row per segment, blocks coloured by state.",
+    )
+    p.add_argument("snapshot", help="snapshot pickle")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="picture to write")
+    p.add_argument("--segments", action="store_true", help="draw the map of segments instead of the timeline")
+    p.add_argument("--time", action="store_true", help="timeline against seconds instead of event number")
+    p.add_argument("--device", type=int, default=None, help="device index (default: the one with the most history)")
+    p.add_argument("--max-segments", type=int, default=40, help="rows in the segment map (default 40, largest first)")
+    p.add_argument("--title", default=None, help="title (default: the file name)")
+    p.add_argument("--json", action="store_true", help="print what was drawn as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchmem.progress import progress_bar
+    from torchmem.snapshot import load
+    from torchmem.viz.png import plot_segments, plot_timeline
+
+    snapshot = load(args.snapshot)
+    title = args.title or args.snapshot
+    if args.segments:
+        tot = plot_segments(snapshot, args.output, title, max_segments=args.max_segments)
+        summary = {"output": args.output, "kind": "segments", **{k: v for k, v in tot.items() if k != "pools"}}
+    else:
+        traces = snapshot.get("device_traces") or []
+        total = max((len(t) for t in traces), default=0)
+        with progress_bar(total, "plot", disable=args.no_progress or args.json) as update:
+            t = plot_timeline(snapshot, args.output, title, device=args.device,
+                              x="time" if args.time else "event", progress=update)
+        summary = {"output": args.output, "kind": "timeline", "device": t.device, "events": t.events,
+                   "peak_allocated": int(t.allocated.max()), "peak_reserved": int(t.reserved.max()),
+                   "max_reserved_minus_allocated": int((t.reserved - t.allocated).max()),
+                   "ooms": [{k: int(v) for k, v in o.items()} for o in t.ooms], "notes": t.notes}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0

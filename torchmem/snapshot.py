@@ -1,0 +1,292 @@
+"""Memory snapshots and allocation history, in PyTorch's own format.
+
+``memory_snapshot()`` returns the dict that ``torch.cuda.memory._snapshot()``
+returns, so every tool that reads a PyTorch snapshot (``torch.cuda._memory_viz``,
+the memory_viz web page, ``torchmem plot`` / ``viz`` / ``stats`` / ``replay``)
+reads torchmem's::
+
+    import torchmem
+    torchmem.install()
+    torchmem.record_memory_history(max_entries=100_000)   # Python stacks too
+    ...                                                   # run the model
+    torchmem.dump_snapshot("snapshot.pickle")
+    torchmem.record_memory_history(None)                  # stop recording
+
+The history is a ring buffer in the allocator: once ``max_entries`` events
+were recorded, each new event replaces the oldest. A block's ``frames`` come
+from the history (the stack of the allocation that made it), so blocks
+allocated before the oldest entry still in the ring have none.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+from typing import Any, Callable
+
+from torchmem import _C
+from torchmem.memory import caching_allocator
+from torchmem.traces import SNAPSHOT_ACTIONS, TraceError, load_snapshot
+
+__all__ = [
+    "dump_snapshot",
+    "load",
+    "memory_snapshot",
+    "record_memory_history",
+    "snapshot_from_replay",
+    "validate_snapshot",
+]
+
+BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
+DEFAULT_MAX_ENTRIES = 100_000
+
+# What record_memory_history() last set, per allocator (there is one on CPU).
+_recording: dict[str, Any] = {"mode": None, "stacks": None, "max_entries": 0}
+
+
+def record_memory_history(
+    enabled: str | None = "all",
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    stacks: str | None = "python",
+    device: Any = None,
+) -> None:
+    """Start or stop recording allocator events, like torch.cuda.memory._record_memory_history.
+
+    Args:
+        enabled: "all" records every event (device_traces) and the stack of
+            each live block; "state" keeps only what the blocks' frames need
+            (snapshots have empty device_traces); None stops recording and
+            drops what was recorded.
+        max_entries: size of the ring buffer of events.
+        stacks: "python" tags each allocation with the Python stack (file,
+            line, function) that made it; None records events without stacks.
+        device: the device whose allocator records (None or "cpu").
+    """
+    if enabled not in ("all", "state", None):
+        raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
+    if stacks not in ("python", None):
+        raise ValueError(f"stacks must be 'python' or None, not {stacks!r}")
+    if enabled is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0):
+        raise ValueError(f"max_entries must be a positive int, not {max_entries!r}")
+    allocator = caching_allocator(device)
+    if allocator is None:
+        if enabled is None:
+            return
+        raise RuntimeError("torchmem is not installed: call torchmem.install() before record_memory_history()")
+    if enabled is None:
+        _C.enable_history(allocator, 0)
+        _recording.update(mode=None, stacks=None, max_entries=0)
+        return
+    table = _C.StackTable() if stacks == "python" else None
+    _C.enable_history(allocator, int(max_entries), table)
+    _recording.update(mode=enabled, stacks=table, max_entries=int(max_entries))
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    # Stacks are captured with the interpreter's help: stop before it goes.
+    if _recording["mode"] is not None:
+        try:
+            allocator = caching_allocator()
+            if allocator is not None:
+                _C.enable_history(allocator, 0)
+        except Exception:  # pragma: no cover - nothing to stop
+            pass
+        _recording.update(mode=None, stacks=None, max_entries=0)
+
+
+def memory_snapshot(device: Any = None) -> dict:
+    """The allocator's segments, blocks and history as torch.cuda.memory._snapshot() gives them."""
+    allocator = caching_allocator(device)
+    if allocator is None:
+        return build_snapshot([], [], settings={"backend": "torchmem", "installed": False})
+    recording = _C.history_enabled(allocator)  # False after install() made a fresh allocator
+    entries = _C.history_entries(allocator) if recording else []
+    segments = allocator.segments()
+    table = _recording["stacks"] if recording else None
+    return build_snapshot(
+        segments,
+        entries,
+        frames_of=table.frames if table is not None else None,
+        include_traces=recording and _recording["mode"] != "state",
+        settings={"backend": "torchmem", "conf": allocator.config, "device": allocator.device},
+    )
+
+
+def dump_snapshot(path: str | os.PathLike, snapshot: dict | None = None) -> None:
+    """Write memory_snapshot() (or `snapshot`) as a pickle, like torch.cuda.memory._dump_snapshot."""
+    data = memory_snapshot() if snapshot is None else snapshot
+    with open(path, "wb") as f:
+        pickle.dump(data, f)
+
+
+def snapshot_from_replay(result: Any) -> dict:
+    """The snapshot of a sim.replay() result: its final segments, and its history if recorded.
+
+    Replay with ``history=N`` to get device_traces (and so the timeline
+    pictures); without it, the snapshot has the final segments only.
+    """
+    replayer = getattr(result, "_replayer", None)
+    entries = replayer.history() if replayer is not None else []
+    settings = {"backend": "torchmem-sim", "conf": result.conf, "capacity": result.capacity,
+                "in_use_by_others": result.in_use_by_others, "completed": result.completed}
+    return build_snapshot(result.segments, entries, include_traces=True, settings=settings)
+
+
+def build_snapshot(
+    segments: list[dict],
+    entries: list[dict],
+    frames_of: Callable[[int], list] | None = None,
+    include_traces: bool = True,
+    device: int = 0,
+    settings: dict | None = None,
+) -> dict:
+    """A PyTorch-format snapshot from _C segments and _C history entries."""
+    frames_of = frames_of or (lambda _context: [])
+    frame_cache: dict[int, list] = {}
+
+    def frames(context: int) -> list:
+        if not context:
+            return []
+        if context not in frame_cache:
+            frame_cache[context] = frames_of(context)
+        return frame_cache[context]
+
+    # The context of each live allocation, and the blocks whose free was
+    # requested but not completed yet.
+    alloc_context: dict[int, int] = {}
+    pending: set[int] = set()
+    for e in entries:
+        action = e["action"]
+        if action == "alloc":
+            alloc_context[e["addr"]] = e["context"]
+            pending.discard(e["addr"])
+        elif action == "free_requested":
+            pending.add(e["addr"])
+        elif action == "free_completed":
+            pending.discard(e["addr"])
+            alloc_context.pop(e["addr"], None)
+
+    out_segments = []
+    for seg in segments:
+        blocks = []
+        active_size = 0
+        for b in seg["blocks"]:
+            if b["allocated"]:
+                state = "active_pending_free" if b["address"] in pending else "active_allocated"
+                active_size += b["size"]
+                block_frames = frames(alloc_context.get(b["address"], 0))
+                requested = b["requested_size"]
+            else:
+                state, block_frames, requested = "inactive", [], 0
+            blocks.append({"address": b["address"], "size": b["size"], "requested_size": requested,
+                           "state": state, "frames": block_frames})
+        out_segments.append({
+            "device": device,
+            "address": seg["address"],
+            "total_size": seg["total_size"],
+            "stream": seg["stream"],
+            "segment_type": seg["segment_type"],
+            "segment_pool_id": (0, 0),
+            "allocated_size": seg["allocated_size"],
+            "active_size": active_size,
+            "requested_size": seg["requested_size"],
+            "is_expandable": seg["is_expandable"],
+            "frames": [],
+            "blocks": blocks,
+        })
+
+    trace = []
+    if include_traces:
+        for e in entries:
+            entry = {"action": e["action"], "size": e["size"], "stream": e["stream"], "time_us": e["time_us"],
+                     "frames": frames(e["context"]) if e["action"] == "alloc" else []}
+            if e["action"] == "oom":
+                entry["device_free"] = e["addr"]  # PyTorch's OOM entries carry the free bytes, not an address
+            else:
+                entry["addr"] = e["addr"]
+            trace.append(entry)
+    snapshot = {"segments": out_segments, "device_traces": [trace], "allocator_settings": dict(settings or {})}
+    return snapshot
+
+
+# --- Reading ----------------------------------------------------------------
+
+_SEGMENT_KEYS = {"address": int, "total_size": int, "stream": int, "segment_type": str, "blocks": list}
+_BLOCK_KEYS = {"address": int, "size": int, "state": str}
+_TRACE_KEYS = {"action": str, "size": int}
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read and check a snapshot pickle (PyTorch's or torchmem's).
+
+    Raises FileNotFoundError for a missing file and TraceError, naming the
+    file and what is wrong, for a truncated or foreign pickle or a snapshot
+    whose fields are missing, of the wrong type, or have unknown values.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise TraceError(f"{path}: a directory, not a snapshot pickle")
+    with open(path, "rb") as f:
+        head = f.read(1)
+    if not head:
+        raise TraceError(f"{path}: empty file")
+    if head != b"\x80":
+        raise TraceError(f"{path}: not a pickle (expected a snapshot written by dump_snapshot() or torch.cuda.memory._dump_snapshot())")
+    data = load_snapshot(path)
+    validate_snapshot(data, path)
+    return data
+
+
+def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
+    """Check the fields every reader relies on; TraceError naming `name` and the field otherwise.
+
+    Keys this reader does not know are accepted (PyTorch adds some in each
+    release); unknown block states and trace actions are not.
+    """
+    if not isinstance(data, dict):
+        raise TraceError(f"{name}: not a memory snapshot (a {type(data).__name__}, expected a dict with 'segments')")
+    segments = data.get("segments")
+    if not isinstance(segments, list):
+        raise TraceError(f"{name}: 'segments' must be a list, not {type(segments).__name__}")
+    for i, seg in enumerate(segments):
+        where = f"{name}: segment {i}"
+        _check_keys(seg, _SEGMENT_KEYS, where)
+        if seg["segment_type"] not in ("small", "large"):
+            raise TraceError(f"{where}: unknown segment_type {seg['segment_type']!r} (expected 'small' or 'large')")
+        total = 0
+        for j, block in enumerate(seg["blocks"]):
+            bwhere = f"{where} block {j}"
+            _check_keys(block, _BLOCK_KEYS, bwhere)
+            if block["state"] not in BLOCK_STATES and block["state"] != "active_awaiting_free":
+                raise TraceError(f"{bwhere}: unknown state {block['state']!r} (expected one of {', '.join(BLOCK_STATES)})")
+            total += block["size"]
+        if seg["blocks"] and total != seg["total_size"]:
+            raise TraceError(f"{where}: blocks add up to {total} bytes but total_size is {seg['total_size']}")
+    traces = data.get("device_traces", [])
+    if not isinstance(traces, list):
+        raise TraceError(f"{name}: 'device_traces' must be a list of lists, not {type(traces).__name__}")
+    for d, device_trace in enumerate(traces):
+        if not isinstance(device_trace, list):
+            raise TraceError(f"{name}: device_traces[{d}] must be a list, not {type(device_trace).__name__}")
+        for k, entry in enumerate(device_trace):
+            where = f"{name}: device {d} event {k}"
+            _check_keys(entry, _TRACE_KEYS, where)
+            if entry["action"] not in SNAPSHOT_ACTIONS:
+                raise TraceError(f"{where}: unknown action {entry['action']!r} (expected one of {', '.join(sorted(SNAPSHOT_ACTIONS))})")
+            if entry["action"] not in ("oom", "snapshot") and not isinstance(entry.get("addr"), int):
+                raise TraceError(f"{where}: {entry['action']} without an integer 'addr'")
+    return data
+
+
+def _check_keys(obj: Any, keys: dict, where: str) -> None:
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where}: expected a dict, got {type(obj).__name__}")
+    for key, typ in keys.items():
+        if key not in obj:
+            raise TraceError(f"{where}: missing field {key!r}")
+        value = obj[key]
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise TraceError(f"{where}: field {key!r} should be {typ.__name__}, got {type(value).__name__} {value!r:.40}")

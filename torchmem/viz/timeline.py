@@ -1,0 +1,213 @@
+"""Allocated, reserved and the largest free block over a snapshot's history.
+
+The history is a ring buffer, so it usually starts in the middle of a run.
+The snapshot's segments say how things stood at its end; walking the history
+backwards from there gives how they stood before its first entry, and then
+forwards again gives every point in between:
+
+    allocated[i] = allocated_end - sum(delta_allocated[i+1:])
+
+The largest free block is recomputed at sampled events from the live blocks
+and reserved ranges of that moment. Block sizes of allocations made inside
+the history are their requested sizes rounded up to 512 bytes (the trace
+does not record the rounding), so it is close, not exact, for the large pool.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+MIN_BLOCK = 512
+
+
+@dataclass
+class Timeline:
+    """Series over the events of one device's history."""
+
+    device: int
+    events: int
+    index: np.ndarray        # event index of each point (0 = state before the first event)
+    time_us: np.ndarray      # time of each point
+    allocated: np.ndarray    # bytes requested by live allocations after each event
+    reserved: np.ndarray     # bytes of mapped segments after each event
+    free_index: np.ndarray   # events at which the largest free block was sampled
+    largest_free: np.ndarray
+    ooms: list[dict] = field(default_factory=list)  # {"index", "time_us", "size", "device_free", "allocated", "reserved"}
+    notes: list[str] = field(default_factory=list)
+
+
+def pick_device(snapshot: dict, device: int | None = None) -> int:
+    traces = snapshot.get("device_traces") or []
+    if device is None:
+        return max(range(len(traces)), key=lambda d: len(traces[d]), default=0)
+    if not 0 <= device < max(len(traces), 1):
+        raise ValueError(f"no device {device} in the snapshot (it has {len(traces)})")
+    return device
+
+
+def _round(size: int) -> int:
+    return max(MIN_BLOCK, -(-size // MIN_BLOCK) * MIN_BLOCK)
+
+
+def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
+             progress: Callable[[int], None] | None = None) -> Timeline:
+    """The series of `device` (default: the one with the longest history)."""
+    device = pick_device(snapshot, device)
+    traces = snapshot.get("device_traces") or [[]]
+    entries = traces[device] if device < len(traces) else []
+    segments = [s for s in snapshot["segments"] if s.get("device", device) == device]
+    notes: list[str] = []
+    n = len(entries)
+
+    end_allocated = sum(b.get("requested_size", b["size"]) for s in segments for b in s["blocks"]
+                        if b["state"] != "inactive")
+    end_reserved = sum(s["total_size"] for s in segments)
+    d_alloc = np.zeros(n + 1, dtype=np.int64)
+    d_resv = np.zeros(n + 1, dtype=np.int64)
+    times = np.zeros(n + 1, dtype=np.int64)
+    ooms = []
+    sign = {"alloc": (1, 0), "free_completed": (-1, 0), "segment_alloc": (0, 1), "segment_map": (0, 1),
+            "segment_free": (0, -1), "segment_unmap": (0, -1)}
+    for i, e in enumerate(entries, 1):
+        a, r = sign.get(e["action"], (0, 0))
+        d_alloc[i] = a * e["size"]
+        d_resv[i] = r * e["size"]
+        times[i] = e.get("time_us", 0)
+        if e["action"] == "oom":
+            ooms.append({"index": i, "time_us": times[i], "size": e["size"], "device_free": e.get("device_free", e.get("addr", 0))})
+    times[0] = times[1] if n else 0
+    allocated = end_allocated - (d_alloc.sum() - np.cumsum(d_alloc))
+    reserved = end_reserved - (d_resv.sum() - np.cumsum(d_resv))
+    if n and (allocated.min() < 0 or reserved.min() < 0):
+        notes.append("the history does not end where the segments were taken; the curves are shifted")
+    for o in ooms:
+        o["allocated"] = int(allocated[o["index"]])
+        o["reserved"] = int(reserved[o["index"]])
+
+    free_index, largest = _largest_free_series(entries, segments, samples, progress)
+    return Timeline(device, n, np.arange(n + 1), times, allocated, reserved, free_index, largest, ooms, notes)
+
+
+class _Ranges:
+    """Reserved address ranges: plain segments, and mapped pages that join their neighbours."""
+
+    def __init__(self) -> None:
+        self.segments: dict[int, int] = {}   # start -> size
+        self.mapped: list[list[int]] = []    # sorted, disjoint, non-touching [start, end)
+
+    def add_mapped(self, start: int, size: int) -> None:
+        end = start + size
+        keep = []
+        for s, e in self.mapped:
+            if e < start or s > end:
+                keep.append([s, e])
+            else:
+                start, end = min(s, start), max(e, end)
+        keep.append([start, end])
+        self.mapped = sorted(keep)
+
+    def remove_mapped(self, start: int, size: int) -> None:
+        end = start + size
+        out = []
+        for s, e in self.mapped:
+            if e <= start or s >= end:
+                out.append([s, e])
+                continue
+            if s < start:
+                out.append([s, start])
+            if e > end:
+                out.append([end, e])
+        self.mapped = out
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [(s, s + n) for s, n in self.segments.items()] + [tuple(r) for r in self.mapped]
+        pairs.sort()
+        if not pairs:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        arr = np.asarray(pairs, dtype=np.int64)
+        return arr[:, 0], arr[:, 1]
+
+
+def _largest_free(live: dict[int, int], ranges: _Ranges) -> int:
+    starts, ends = ranges.bounds()
+    if not len(starts):
+        return 0
+    if live:
+        addr = np.fromiter(live.keys(), dtype=np.int64, count=len(live))
+        size = np.fromiter(live.values(), dtype=np.int64, count=len(live))
+    else:
+        addr = size = np.zeros(0, np.int64)
+    which = np.searchsorted(starts, addr, side="right") - 1
+    inside = (which >= 0) & (addr < ends[np.clip(which, 0, None)])
+    addr, size, which = addr[inside], size[inside], which[inside]
+    # Each range contributes a zero-size marker at its start and at its end;
+    # gaps between neighbours in address order that lie in the same range are free.
+    k = len(starts)
+    all_start = np.concatenate([addr, starts, ends])
+    all_end = np.concatenate([addr + size, starts, ends])
+    all_range = np.concatenate([which, np.arange(k), np.arange(k)])
+    order = np.lexsort((all_end, all_start))
+    s, e, r = all_start[order], all_end[order], all_range[order]
+    reach = np.maximum.accumulate(e)  # overlapping blocks (stale sizes) never make negative gaps
+    gaps = s[1:] - reach[:-1]
+    same = r[1:] == r[:-1]
+    gaps = gaps[same]
+    return int(gaps.max()) if len(gaps) and gaps.max() > 0 else 0
+
+
+def _largest_free_series(entries: list[dict], segments: list[dict], samples: int,
+                         progress: Callable[[int], None] | None) -> tuple[np.ndarray, np.ndarray]:
+    # The state at the end, from the segments.
+    live = {b["address"]: b["size"] for s in segments for b in s["blocks"] if b["state"] != "inactive"}
+    ranges = _Ranges()
+    for s in segments:
+        if s.get("is_expandable"):
+            ranges.add_mapped(s["address"], s["total_size"])
+        else:
+            ranges.segments[s["address"]] = s["total_size"]
+    # Backwards to the state before the first entry.
+    for e in reversed(entries):
+        action = e["action"]
+        if action == "alloc":
+            live.pop(e["addr"], None)
+        elif action == "free_completed":
+            live.setdefault(e["addr"], _round(e["size"]))
+        elif action == "segment_alloc":
+            ranges.segments.pop(e["addr"], None)
+        elif action == "segment_free":
+            ranges.segments[e["addr"]] = e["size"]
+        elif action == "segment_map":
+            ranges.remove_mapped(e["addr"], e["size"])
+        elif action == "segment_unmap":
+            ranges.add_mapped(e["addr"], e["size"])
+    # Forwards, sampling.
+    n = len(entries)
+    marks = set(np.unique(np.linspace(0, n, num=min(samples, n + 1), dtype=np.int64)).tolist()) if n else {0}
+    index, values = [], []
+    if 0 in marks:
+        index.append(0)
+        values.append(_largest_free(live, ranges))
+    for i, e in enumerate(entries, 1):
+        action = e["action"]
+        if action == "alloc":
+            live[e["addr"]] = _round(e["size"])
+        elif action == "free_completed":
+            live.pop(e["addr"], None)
+        elif action == "segment_alloc":
+            ranges.segments[e["addr"]] = e["size"]
+        elif action == "segment_free":
+            ranges.segments.pop(e["addr"], None)
+        elif action == "segment_map":
+            ranges.add_mapped(e["addr"], e["size"])
+        elif action == "segment_unmap":
+            ranges.remove_mapped(e["addr"], e["size"])
+        if i in marks:
+            index.append(i)
+            values.append(_largest_free(live, ranges))
+            if progress and len(index) % 16 == 0:
+                progress(i)
+    if progress:
+        progress(n)
+    return np.asarray(index, dtype=np.int64), np.asarray(values, dtype=np.int64)
