@@ -120,16 +120,11 @@ def test_memory_viz_command_line(tmp_path):
     r, snap = oom_snapshot()
     path = tmp_path / "snap.pickle"
     dump_snapshot(path, snap)
-    for action in ("stats", "trace"):
-        out = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", action, str(path)],
-                             capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-        assert out.returncode == 0, out.stderr
-        if action == "stats":
-            check_segsum(out.stdout, r.stats, len(snap["segments"]))
-    html = tmp_path / "plot.html"
-    out = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "trace_plot", str(path), "-o", str(html)],
+    # `python -m torch.cuda._memory_viz stats FILE` (its other commands call the functions tested above).
+    out = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)],
                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-    assert out.returncode == 0 and html.stat().st_size > len(pickle.dumps(snap))
+    assert out.returncode == 0, out.stderr
+    check_segsum(out.stdout, r.stats, len(snap["segments"]))
 
 
 def test_installed_cpu_dump_reads_in_memory_viz(tmp_path):
