@@ -150,7 +150,7 @@ def _segments_svg(snapshot: dict, ctx: dict) -> str:
                 rx = x0 + req / size * span
                 parts.append(f'<rect x="{rx:.2f}" y="{y}" width="{x0 + bw - rx:.2f}" height="{row - 4}" '
                              f'fill="{COLORS["rounding"]}"><title>{_e(fmt_bytes(b["size"] - req))} of rounding</title></rect>')
-        parts.append(f'<text x="{w - right + 6}" y="{y + 14}">{100 * free / size:.0f}% free, {len(seg["blocks"])} blocks</text>')
+        parts.append(f'<text x="{w - right + 6}" y="{y + 14}">{100 * free / size:.0f}% free, {len(seg["blocks"])} block{"s" if len(seg["blocks"]) != 1 else ""}</text>')
     parts.append("</svg>")
     return "".join(parts)
 

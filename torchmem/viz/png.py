@@ -71,14 +71,15 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
                     bbox=dict(boxstyle="round,pad=0.3", fc="white", ec=COLORS["oom"], lw=0.6, alpha=0.9))
     peak_gap = int((t.reserved - t.allocated).max())
     ax.set_ylim(0, top * 1.12)
-    ax.set_xlim(x_all[0], x_all[-1] if len(x_all) > 1 else 1)
+    span = float(x_all[-1] - x_all[0]) if len(x_all) > 1 else 1.0
+    ax.set_xlim(x_all[0], x_all[0] + span * 1.01)  # room for an OOM at the last event
     ax.set_ylabel(unit)
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.25)
     ax.legend(loc="upper left", fontsize=8.5, ncol=2, framealpha=0.9)
     heading = title or "memory over the recorded history"
     ax.set_title(f"{heading}\npeak allocated {fmt_bytes(int(t.allocated.max()))}, peak reserved "
-                 f"{fmt_bytes(int(t.reserved.max()))}, largest gap {fmt_bytes(peak_gap)}; {t.events:,} events"
+                 f"{fmt_bytes(int(t.reserved.max()))}, most reserved but unallocated {fmt_bytes(peak_gap)}; {t.events:,} events"
                  + (f"; {len(t.ooms)} OOM" if t.ooms else ""), fontsize=10, loc="left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -114,7 +115,7 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
         free = sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive")
         kind = f"{seg['segment_type']}{', expandable' if seg.get('is_expandable') else ''}"
         ax.text(-0.01, y + 0.5, f"{fmt_bytes(size)} {kind}", ha="right", va="center", fontsize=8)
-        ax.text(1.01, y + 0.5, f"{100 * free / size:.0f}% free, {len(seg['blocks'])} blocks", ha="left",
+        ax.text(1.01, y + 0.5, f"{100 * free / size:.0f}% free, {len(seg['blocks'])} block{'s' if len(seg['blocks']) != 1 else ''}", ha="left",
                 va="center", fontsize=8)
     ax.set_xlim(0, 1)
     ax.set_ylim(0, rows)
@@ -131,10 +132,10 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
     ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
     more = (f"; {len(hidden)} smaller segments ({fmt_bytes(sum(s['total_size'] for s in hidden))}) not shown"
             if hidden else "")
-    fig.suptitle(f"{title or 'segments'}: {tot['segments']} segments, {fmt_bytes(tot['reserved'])} reserved, "
+    fig.suptitle(f"{title or 'segments'}\n{tot['segments']} segments, {fmt_bytes(tot['reserved'])} reserved, "
                  f"{fmt_bytes(tot['allocated'])} allocated, {fmt_bytes(tot['free_external'])} free in blocks "
                  f"(largest {fmt_bytes(tot['largest_free_block'])}){more}", fontsize=9.5, x=0.01, ha="left")
-    fig.subplots_adjust(left=0.16, right=0.84, top=1 - 0.75 / (1.6 + 0.32 * rows) - 0.02,
+    fig.subplots_adjust(left=0.16, right=0.84, top=1 - 0.95 / (1.6 + 0.32 * rows) - 0.02,
                         bottom=0.55 / (1.6 + 0.32 * rows) + 0.02)
     fig.savefig(path, dpi=110)
     plt.close(fig)

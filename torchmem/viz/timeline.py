@@ -8,18 +8,24 @@ forwards again gives every point in between:
     allocated[i] = allocated_end - sum(delta_allocated[i+1:])
 
 The largest free block is recomputed at sampled events from the live blocks
-and reserved ranges of that moment. Block sizes of allocations made inside
-the history are their requested sizes rounded up to 512 bytes (the trace
-does not record the rounding), so it is close, not exact, for the large pool.
+and reserved ranges of that moment. The trace records requested sizes, not
+block sizes: a block made inside the history is taken as its request rounded
+up to 512 bytes, or as the whole free gap it starts when the allocator's
+split rule would not split it (less than 512 bytes left in the small pool,
+1 MiB or less in the large). Blocks freed inside the history but made before
+it are taken as their rounded request. Oversize rules (max_split_size) are
+not modelled, so the series is close, and exact at the snapshot's end.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
 MIN_BLOCK = 512
+SMALL_SIZE = 1 << 20  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
 
 
 @dataclass
@@ -182,7 +188,28 @@ def _largest_free_series(entries: list[dict], segments: list[dict], samples: int
             ranges.remove_mapped(e["addr"], e["size"])
         elif action == "segment_unmap":
             ranges.add_mapped(e["addr"], e["size"])
-    # Forwards, sampling.
+    # Forwards, sampling. A new block takes the whole free gap it starts when
+    # splitting would leave too little (the allocator's split rule), so its
+    # size is the gap's, not just the rounded request.
+    live_addrs = sorted(live)
+    bounds: list = []
+
+    def block_size(addr: int, size: int) -> int:
+        rounded = _round(size)
+        if not bounds:
+            starts, ends = ranges.bounds()
+            bounds.extend([starts.tolist(), ends.tolist()])
+        r = bisect.bisect_right(bounds[0], addr) - 1
+        if r < 0 or addr >= bounds[1][r]:
+            return rounded
+        k = bisect.bisect_right(live_addrs, addr)
+        gap_end = min(bounds[1][r], live_addrs[k]) if k < len(live_addrs) else bounds[1][r]
+        remaining = gap_end - addr - rounded
+        small = rounded <= SMALL_SIZE
+        if 0 <= remaining and (remaining < MIN_BLOCK if small else remaining <= SMALL_SIZE):
+            return gap_end - addr
+        return rounded
+
     n = len(entries)
     marks = set(np.unique(np.linspace(0, n, num=min(samples, n + 1), dtype=np.int64)).tolist()) if n else {0}
     index, values = [], []
@@ -192,17 +219,23 @@ def _largest_free_series(entries: list[dict], segments: list[dict], samples: int
     for i, e in enumerate(entries, 1):
         action = e["action"]
         if action == "alloc":
-            live[e["addr"]] = _round(e["size"])
+            addr = e["addr"]
+            if addr not in live:
+                live[addr] = block_size(addr, e["size"])
+                bisect.insort(live_addrs, addr)
         elif action == "free_completed":
-            live.pop(e["addr"], None)
-        elif action == "segment_alloc":
-            ranges.segments[e["addr"]] = e["size"]
-        elif action == "segment_free":
-            ranges.segments.pop(e["addr"], None)
-        elif action == "segment_map":
-            ranges.add_mapped(e["addr"], e["size"])
-        elif action == "segment_unmap":
-            ranges.remove_mapped(e["addr"], e["size"])
+            if live.pop(e["addr"], None) is not None:
+                del live_addrs[bisect.bisect_left(live_addrs, e["addr"])]
+        elif action.startswith("segment_"):
+            if action == "segment_alloc":
+                ranges.segments[e["addr"]] = e["size"]
+            elif action == "segment_free":
+                ranges.segments.pop(e["addr"], None)
+            elif action == "segment_map":
+                ranges.add_mapped(e["addr"], e["size"])
+            elif action == "segment_unmap":
+                ranges.remove_mapped(e["addr"], e["size"])
+            bounds.clear()
         if i in marks:
             index.append(i)
             values.append(_largest_free(live, ranges))
