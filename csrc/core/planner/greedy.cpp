@@ -117,65 +117,6 @@ std::vector<int32_t> make_order(const std::vector<Buffer>& buffers, Order order)
   return idx;
 }
 
-std::vector<Offset> place_peak_first(const std::vector<Buffer>& buffers) {
-  const auto profile = live_profile(buffers);
-  Time peak_time = 0;
-  Offset peak = -1;
-  for (const auto& [t, live] : profile) {
-    if (live > peak) {
-      peak = live;
-      peak_time = t;
-    }
-  }
-  std::vector<int32_t> at_peak, rest;
-  for (int32_t i = 0; i < int32_t(buffers.size()); ++i) {
-    (buffers[i].lower <= peak_time && peak_time < buffers[i].upper ? at_peak : rest).push_back(i);
-  }
-  std::stable_sort(at_peak.begin(), at_peak.end(), [&](int32_t a, int32_t b) {
-    return buffers[a].upper - buffers[a].lower > buffers[b].upper - buffers[b].lower;
-  });
-  std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return buffers[a].size > buffers[b].size; });
-  std::vector<Offset> offsets(buffers.size(), 0);
-  Offset top = 0;
-  for (int32_t b : at_peak) {
-    offsets[b] = top;
-    top += buffers[b].size;
-  }
-  const size_t fixed = at_peak.size();
-  at_peak.insert(at_peak.end(), rest.begin(), rest.end());
-  return place_best_fit_around(buffers, at_peak, std::move(offsets), fixed);
-}
-
-void lower_buffers(const std::vector<Buffer>& buffers, std::vector<Offset>& offsets, int passes) {
-  const OverlapIndex index(buffers);
-  std::vector<int32_t> order(buffers.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<std::pair<Offset, Offset>> used;
-  for (int pass = 0; pass < passes; ++pass) {
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return offsets[a] < offsets[b]; });
-    bool moved = false;
-    for (int32_t b : order) {
-      const int64_t size = buffers[b].size;
-      if (size == 0 || offsets[b] == 0) continue;
-      used.clear();
-      index.for_each_overlap(b, [&](int32_t j) {
-        if (buffers[j].size > 0 && offsets[j] < offsets[b]) used.emplace_back(offsets[j], offsets[j] + buffers[j].size);
-      });
-      std::sort(used.begin(), used.end());
-      Offset cur = 0;
-      for (const auto& [lo, hi] : used) {
-        if (lo - cur >= size) break;
-        cur = std::max(cur, hi);
-      }
-      if (cur < offsets[b]) {
-        offsets[b] = cur;
-        moved = true;
-      }
-    }
-    if (!moved) break;
-  }
-}
-
 std::vector<Offset> place_greedy(const std::vector<Buffer>& buffers) {
   return place_best_fit(buffers, make_order(buffers, Order::kSizeDesc));
 }

@@ -23,19 +23,9 @@ std::vector<Offset> place_best_fit(const std::vector<Buffer>& buffers, const std
 std::vector<Offset> place_best_fit_around(const std::vector<Buffer>& buffers, const std::vector<int32_t>& order,
                                           std::vector<Offset> offsets, size_t fixed);
 
-// Peak first: the buffers live at the first instant of peak live bytes are
-// stacked from offset 0 (longest lifetime lowest; their stack is exactly the
-// lower bound there), then the others go around them by size-first best fit.
-std::vector<Offset> place_peak_first(const std::vector<Buffer>& buffers);
-
 // Orders for best_fit; ties broken by index so results are deterministic.
 enum class Order { kSizeDesc, kAreaDesc, kLengthDesc, kLowerAsc, kConflictDesc };
 std::vector<int32_t> make_order(const std::vector<Buffer>& buffers, Order order);
-
-// Local improvement: visiting buffers from the lowest offset up, moves each
-// to the lowest gap below it that holds it (others fixed), for up to
-// `passes` passes or until nothing moves. Never raises a buffer.
-void lower_buffers(const std::vector<Buffer>& buffers, std::vector<Offset>& offsets, int passes = 2);
 
 // Size-first best fit.
 std::vector<Offset> place_greedy(const std::vector<Buffer>& buffers);
