@@ -43,8 +43,16 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _short(filename: str) -> str:
+    """Installed packages by their import path: .../site-packages/torch/nn/x.py -> torch/nn/x.py."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
 def _frames_text(frames: list, limit: int = 8) -> str:
-    lines = [f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '?')}" for f in frames[:limit]]
+    lines = [f"{_short(str(f.get('filename', '?')))}:{f.get('line', '?')} {f.get('name', '?')}" for f in frames[:limit]]
     if len(frames) > limit:
         lines.append(f"... {len(frames) - limit} more frames")
     return "\n".join(lines)
@@ -60,6 +68,28 @@ def _downsample(x: np.ndarray, ys: list[np.ndarray], points: int) -> tuple[np.nd
     edges = np.linspace(0, len(x), points + 1, dtype=np.int64)
     starts = edges[:-1]
     return x[starts], [np.maximum.reduceat(y, starts) for y in ys]
+
+
+def _nice_ticks(top: float, units: tuple = (1, 1024, 2**20, 2**30, 2**40)) -> list[float]:
+    """0 and multiples of 1, 2 or 5 times a power of ten (of the byte unit that fits) up to `top`."""
+    if top <= 0:
+        return [0.0]
+    unit = max(u for u in units if u <= max(top, 1))
+    raw = top / unit / 5
+    power = 10 ** np.floor(np.log10(raw)) if raw > 0 else 1
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw) * unit
+    return [k * step for k in range(int(top // step) + 1)]
+
+
+def _settings_text(settings: dict) -> str:
+    parts = []
+    for key, value in settings.items():
+        if key in ("capacity", "in_use_by_others") and isinstance(value, int):
+            value = fmt_bytes(value)
+        elif key == "conf" and not value:
+            value = "(default)"
+        parts.append(f"{key}: {value}")
+    return ", ".join(parts)
 
 
 def _timeline_svg(t: Timeline) -> str:
@@ -85,14 +115,13 @@ def _timeline_svg(t: Timeline) -> str:
     X, A, R = px(x), py(alloc), py(resv)
     upper, lower = step_points(X, R), step_points(X, A)
     parts = [f'<svg viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="allocated and reserved over time">']
-    for k in range(6):  # grid and y labels
-        v = ymax / 1.08 * k / 5
+    for v in _nice_ticks(ymax / 1.08):  # grid and y labels
         y = py(v)
         parts.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#edf2f7"/>'
                      f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt_bytes(v))}</text>')
-    for k in range(6):
-        v = xmax * k / 5
-        parts.append(f'<text x="{px(v):.1f}" y="{h - 16}" text-anchor="middle">{int(v):,}</text>')
+    for v in _nice_ticks(xmax, units=(1,)):
+        anchor = "end" if px(v) > w - right - 20 else "middle"
+        parts.append(f'<text x="{px(v):.1f}" y="{h - 16}" text-anchor="{anchor}">{int(v):,}</text>')
     parts.append(f'<text x="{(left + w) / 2:.0f}" y="{h - 2}" text-anchor="middle">event (allocator history entry)</text>')
     parts.append(f'<polygon points="{" ".join(upper + lower[::-1])}" fill="{COLORS["reserved"]}" fill-opacity="0.22">'
                  f'<title>reserved but not allocated: at most {_e(fmt_bytes(int((t.reserved - t.allocated).max())))}</title></polygon>')
@@ -101,8 +130,9 @@ def _timeline_svg(t: Timeline) -> str:
     if len(t.free_index):
         fp = " ".join(f"{a:.1f},{b:.1f}" for a, b in zip(px(t.free_index), py(t.largest_free)))
         parts.append(f'<polyline points="{fp}" fill="none" stroke="{COLORS["largest_free"]}" stroke-width="1.2" stroke-dasharray="5,3"/>')
-        for i, v in zip(t.free_index[:: max(1, len(t.free_index) // 200)], t.largest_free[:: max(1, len(t.free_index) // 200)]):
-            parts.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="2.5" fill="{COLORS["largest_free"]}" fill-opacity="0.5">'
+        every = max(1, len(t.free_index) // 80)
+        for i, v in zip(t.free_index[::every], t.largest_free[::every]):
+            parts.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="3" fill="{COLORS["largest_free"]}" fill-opacity="0.35">'
                          f'<title>event {int(i):,}: allocated {_e(fmt_bytes(int(t.allocated[i])))}, reserved '
                          f'{_e(fmt_bytes(int(t.reserved[i])))}, largest free block {_e(fmt_bytes(int(v)))}</title></circle>')
     for o in t.ooms:
@@ -199,7 +229,7 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{_e(title)}</title>", f"<style>{CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>",
-           f'<p class="sub">{_e(", ".join(f"{k}: {v}" for k, v in settings.items()) or "PyTorch memory snapshot")}</p>',
+           f'<p class="sub">{_e(_settings_text(settings) or "PyTorch memory snapshot")}</p>',
            f'<div class="cards">{"".join(cards)}</div>',
            f'<p class="note">allocated + free internal + free external = reserved '
            f'({tot["allocated"]:,} + {tot["free_internal"]:,} + {tot["free_external"]:,} = {tot["reserved"]:,} bytes).</p>']
