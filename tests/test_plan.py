@@ -247,12 +247,25 @@ def test_cli_json_and_solution_file(tmp_path: Path) -> None:
     assert out.read_text().startswith("id,lower,upper,size,offset")
 
 
-def test_cli_errors_are_clear(tmp_path: Path) -> None:
+def test_cli_errors_are_clear(tmp_path: Path, capsys) -> None:
+    from torchmem.cli import main
+
     bad = tmp_path / "bad.csv"
     bad.write_text("id,lower,upper,size\n1,0,3,4\n2,0,3,oops\n")
-    r = _cli(str(bad))
-    assert r.returncode == 1 and "bad.csv:3:" in r.stderr and "Traceback" not in r.stderr
-    r = _cli(str(bad), "--time-limit", "0")
-    assert r.returncode == 1 and "time-limit" in r.stderr
-    r = _cli(str(tmp_path / "missing.csv"))
-    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert main(["plan", str(bad)]) == 1
+    assert "bad.csv:3:" in capsys.readouterr().err
+    assert main(["plan", str(bad), "--time-limit", "0"]) == 1
+    assert "time-limit" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "missing.csv")]) == 1
+    assert "missing.csv" in capsys.readouterr().err
+
+
+def test_cli_text_output_and_progress(tmp_path: Path, capsys) -> None:
+    from torchmem.cli import main
+
+    path = tmp_path / "x.csv"
+    path.write_text("id,lower,upper,size\na,0,2,8\nb,1,3,8\nc,2,4,8\n")
+    assert main(["plan", str(path), "--method", "search"]) == 0
+    out, err = capsys.readouterr()
+    assert "height       16" in out and "valid        True" in out
+    assert "height 16" in err  # a progress line on stderr
