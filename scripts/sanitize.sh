@@ -5,7 +5,7 @@
 #
 #   scripts/sanitize.sh                 full run
 #   TORCHMEM_QUICK=1 scripts/sanitize.sh   quick run for CI (smaller loops, -O0 builds)
-#   SANITIZERS="asan" scripts/sanitize.sh  only one of: asan tsan
+#   SANITIZERS="asan" scripts/sanitize.sh  only one of: asan tsan (plain: no sanitizer)
 #
 # Objects are cached under build/sanitize/<flavour>/ and rebuilt when a
 # source or header changes. Exit status: 0 when every run is clean; 2 when
@@ -28,6 +28,7 @@ flags_for() {
   case "$1" in
     asan) echo "-fsanitize=address,undefined -fno-sanitize-recover=undefined" ;;
     tsan) echo "-fsanitize=thread" ;;
+    plain) echo "" ;;  # no sanitizer: the quick build behind tests/test_sanitizers.py
     *) echo "unknown sanitizer $1" >&2; exit 1 ;;
   esac
 }

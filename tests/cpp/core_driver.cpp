@@ -536,7 +536,7 @@ void test_caching_bad_input() {
 // Several threads allocating and freeing on one allocator, with tags written
 // into host memory; one thread frees what another allocated; a monitor reads
 // stats and checks invariants meanwhile. Optionally with injected faults.
-void caching_threads(const std::string& conf_text, double fault_probability) {
+void caching_threads(const std::string& conf_text, double fault_probability, bool history = false) {
   HostDevice inner(1 * GiB);
   FaultyDevice dev(inner);
   if (fault_probability > 0) dev.fail_randomly(fault_probability, g_seed);
@@ -544,6 +544,8 @@ void caching_threads(const std::string& conf_text, double fault_probability) {
   const int steps = scaled(3000, 400);
   {
     CachingAllocator a(dev, AllocatorConfig::parse(conf_text));
+    std::atomic<uint64_t> contexts{0};
+    if (history) a.history().enable(4096, [&] { return ++contexts; });  // a provider called from every thread
     std::mutex handoff_mutex;
     std::vector<std::pair<void*, LiveBlock>> handoff;  // allocated by one thread, freed by another
     std::atomic<bool> done{false};
@@ -627,6 +629,11 @@ void caching_threads(const std::string& conf_text, double fault_probability) {
     dev.disarm();
     a.empty_cache();
     CHECK(a.stats().reserved_bytes[kAggregate].current == 0);
+    if (history) {
+      const auto entries = a.history().entries();
+      CHECK(!entries.empty() && entries.size() <= 4096);
+      CHECK(contexts.load() > 0);
+    }
   }
   DEVICE_CLEAN(dev);
 }
@@ -634,6 +641,11 @@ void caching_threads(const std::string& conf_text, double fault_probability) {
 void test_caching_threads() {
   for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:24,garbage_collection_threshold:0.5,per_process_memory_fraction:0.9"})
     caching_threads(conf, 0.0);
+}
+
+void test_caching_threads_history() {
+  caching_threads("", 0.0, true);
+  caching_threads("expandable_segments:True", 0.0, true);
 }
 
 void test_caching_threads_faults() {
@@ -1242,6 +1254,7 @@ const Test kTests[] = {
     {"caching_bad_input", test_caching_bad_input},
     {"caching_threads", test_caching_threads},
     {"caching_threads_faults", test_caching_threads_faults},
+    {"caching_threads_history", test_caching_threads_history},
     {"pmr_over_caching_threads", test_pmr_over_caching_threads},
     {"arena_random", test_arena_random},
     {"arena_faults_and_bad_input", test_arena_faults_and_bad_input},
