@@ -72,8 +72,7 @@ class StackTable {
     Py_XINCREF(frame);
     while (frame != nullptr && scratch_.size() < max_depth_) {
       PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-      const int line = PyFrame_GetLineNumber(frame);
-      scratch_.push_back(frame_id(code, line));
+      scratch_.push_back(frame_id(code, frame));
       Py_DECREF(code);
       PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
       Py_DECREF(frame);
@@ -149,19 +148,41 @@ class StackTable {
     return codes_.emplace(key, info).first->second;
   }
 
-  uint32_t frame_id(PyCodeObject* code, int line) {
-    const uint64_t key = (reinterpret_cast<uintptr_t>(code) << 20) ^ static_cast<uint32_t>(line);
+  // Frames are keyed by (code, instruction offset): the offset is a field
+  // read, while the line number costs a walk of the code's line table, so
+  // it is computed once per new key only.
+  uint32_t frame_id(PyCodeObject* code, PyFrameObject* frame) {
+#if PY_VERSION_HEX >= 0x030B0000
+    const int position = PyFrame_GetLasti(frame);
+#else
+    const int position = PyFrame_GetLineNumber(frame);
+#endif
+    const uint64_t key = (reinterpret_cast<uintptr_t>(code) << 20) ^ static_cast<uint32_t>(position);
     auto range = frame_ids_.equal_range(key);
     for (auto it = range.first; it != range.second; ++it) {
-      const auto& [c, l, id] = it->second;
-      if (c == code && l == line) return id;
+      const auto& [c, p, id] = it->second;
+      if (c == code && p == position) return id;
     }
-    const CodeInfo& info = code_info(code);
-    const uint32_t id = static_cast<uint32_t>(frames_.size());
-    frames_.push_back(Frame{info.file, info.name, line});
-    frame_ids_.emplace(key, std::make_tuple(code, line, id));
+    const int line = PyFrame_GetLineNumber(frame);
+    uint32_t id = 0;
+    auto by_line = line_ids_.find({code, line});  // several offsets on one line share a frame
+    if (by_line != line_ids_.end()) {
+      id = by_line->second;
+    } else {
+      const CodeInfo& info = code_info(code);
+      id = static_cast<uint32_t>(frames_.size());
+      frames_.push_back(Frame{info.file, info.name, line});
+      line_ids_.emplace(std::make_pair(code, line), id);
+    }
+    frame_ids_.emplace(key, std::make_tuple(code, position, id));
     return id;
   }
+
+  struct PairHash {
+    size_t operator()(const std::pair<PyCodeObject*, int>& p) const noexcept {
+      return std::hash<const void*>()(p.first) ^ (static_cast<size_t>(p.second) * 0x9E3779B97F4A7C15ull);
+    }
+  };
 
   size_t max_depth_;
   std::vector<uint32_t> scratch_;
@@ -169,7 +190,8 @@ class StackTable {
   std::vector<std::string> strings_;
   std::unordered_map<std::string, uint32_t> string_ids_;
   std::vector<Frame> frames_;
-  std::unordered_multimap<uint64_t, std::tuple<PyCodeObject*, int, uint32_t>> frame_ids_;
+  std::unordered_multimap<uint64_t, std::tuple<PyCodeObject*, int, uint32_t>> frame_ids_;  // (code, offset)
+  std::unordered_map<std::pair<PyCodeObject*, int>, uint32_t, PairHash> line_ids_;          // (code, line)
   std::vector<std::vector<uint32_t>> stacks_;
   std::unordered_map<std::vector<uint32_t>, uint64_t, VectorHash> stack_ids_;
 };
