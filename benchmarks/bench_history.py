@@ -10,7 +10,9 @@ Two measurements:
 - torch: torch.empty(n) created and dropped in a Python loop with torchmem
   installed as PyTorch's CPU allocator (includes PyTorch's own overhead).
 
-Reports the median of --repeats runs in ns per pair, and ratios to "off".
+Reports the median of --repeats runs in ns of this thread's CPU time per
+pair (wall time on a shared machine counts other processes' work), and
+ratios to "off".
 
     python benchmarks/bench_history.py [--pairs N] [--repeats R] [--depth D] [--json]
 """
@@ -38,6 +40,13 @@ def nested(depth: int, fn):
     return nested(depth - 1, fn) if depth > 0 else fn()
 
 
+def cpu_ns(fn) -> int:
+    """CPU time of this thread running fn(): on a shared machine, wall time counts other people's work."""
+    start = time.thread_time_ns()
+    fn()
+    return time.thread_time_ns() - start
+
+
 def set_mode(allocator, mode: str, max_entries: int) -> None:
     if mode == "off":
         _C.enable_history(allocator, 0)
@@ -51,7 +60,7 @@ def bench_allocator(size: int, pairs: int, repeats: int, depth: int, max_entries
     for _ in range(repeats):  # modes interleaved so that drift hits all alike
         for mode in MODES:
             set_mode(a, mode, max_entries)
-            samples[mode].append(nested(depth, lambda: _C.time_malloc_free(a, size, pairs)))
+            samples[mode].append(nested(depth, lambda: cpu_ns(lambda: _C.time_malloc_free(a, size, pairs)) / pairs))
     _C.enable_history(a, 0)
     return {m: statistics.median(v) for m, v in samples.items()}
 
@@ -62,10 +71,10 @@ def bench_torch(numel: int, pairs: int, repeats: int, depth: int, max_entries: i
 
     def loop():
         empty = torch.empty
-        start = time.perf_counter_ns()
+        start = time.thread_time_ns()
         for _ in range(pairs):
             empty(numel)
-        return (time.perf_counter_ns() - start) / pairs
+        return (time.thread_time_ns() - start) / pairs
 
     samples = {m: [] for m in MODES}
     for _ in range(repeats):
@@ -96,7 +105,7 @@ def main() -> int:
     if args.json:
         print(json.dumps({"machine": machine, "depth": args.depth, "rows": rows}, indent=2))
         return 0
-    print(f"# {machine}; Python stack depth {args.depth}; median of {args.repeats}")
+    print(f"# {machine}; Python stack depth {args.depth}; median of {args.repeats}; thread CPU ns per pair")
     print(f"| {'measurement':<30} | {'off ns':>8} | {'on ns':>8} | {'stacks ns':>9} | {'on/off':>6} | {'stacks/off':>10} |")
     print(f"|{'-' * 32}|{'-' * 10}|{'-' * 10}|{'-' * 11}|{'-' * 8}|{'-' * 12}|")
     for row in rows:
