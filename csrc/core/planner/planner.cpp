@@ -47,12 +47,15 @@ Solution solve(const std::vector<Buffer>& input, const SolveOptions& options) {
     const Sections s = make_sections(buffers);
     out.offsets = place_bottom_up(buffers, s, preorder(buffers, s, "TLZ"));
   } else {
-    PortfolioResult p = place_portfolio(buffers, out.lower_bound, deadline);
+    // When the search follows, the portfolio gets a third of the time.
+    const bool small = count_overlapping_pairs(buffers) <= kSearchMaxPairs;
+    const bool searching = (m == "search" || m == "auto") && small;
+    PortfolioResult p = place_portfolio(buffers, out.lower_bound,
+                                        searching ? start + options.time_limit / 3 : deadline);
     out.offsets = std::move(p.offsets);
     out.method = "portfolio:" + p.member;
     report(out.method, p.height);
-    const bool small = count_overlapping_pairs(buffers) <= kSearchMaxPairs;
-    if ((m == "search" || m == "auto") && small && p.height > out.lower_bound) {
+    if (searching && p.height > out.lower_bound) {
       SearchLimits limits;
       limits.deadline = deadline;
       limits.cancel = options.cancel;

@@ -7,8 +7,9 @@
 //   sweep      the online sweep line (time order, best-fit free list)
 //   bottom_up  one canonical bottom-up placement (preorder "TLZ")
 //   portfolio  the best of the fast methods (portfolio.h)
-//   search     portfolio, then branch and bound (search.h) until optimal or
-//              the time limit
+//   search     portfolio (stopping after the member running at a third of
+//              the time limit), then branch and bound (search.h) until
+//              optimal or the time limit
 //   auto       search when the instance is small enough for it (pairs of
 //              time-overlapping buffers <= kSearchMaxPairs; the search
 //              keeps its overlap lists in memory), else portfolio
