@@ -103,3 +103,14 @@ def test_small_transformer_block_plans_below_naive() -> None:
     assert gp.plan.validate()
     assert len(gp.plan.buffers) > 10
     assert gp.plan.lower_bound <= gp.plan.height < gp.naive_bytes / 2
+
+
+def test_torch_export_graph_gives_the_same_buffers_as_symbolic_trace() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block()).eval()
+    x = torch.randn(2, 8, 32)
+    exported = plan_graph(torch.export.export(model, (x,)).module(), x)
+    traced = plan_graph(torch.fx.symbolic_trace(model), x)
+    assert exported.plan.validate()
+    assert sorted(b.size for b in exported.plan.buffers) == sorted(b.size for b in traced.plan.buffers)
+    assert exported.plan.lower_bound == traced.plan.lower_bound
