@@ -114,6 +114,8 @@ def test_accepts_tuples_and_dicts() -> None:
         ([("a", 0, 1, 1), ("a", 0, 1, 1)], "duplicate"),
         ([("a", 0, 1.5, 1)], "integer"),
         ([("a", 0, 1)], "expected"),
+        ([("a", 0, 1, 2**70)], "63 bits"),
+        ([("a", 0, 1, 2**61), ("b", 0, 1, 2**61), ("c", 0, 1, 2**61)], "2\\*\\*62"),
     ],
 )
 def test_bad_buffers_raise_value_error(bad, message: str) -> None:

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 
+INT64_LIMIT = 2**63
+
+
 @dataclass(frozen=True)
 class Buffer:
     """``size`` bytes live over time steps ``[lower, upper)``.
@@ -28,6 +31,9 @@ class Buffer:
                 if as_int != value:
                     raise ValueError(f"buffer {self.id!r}: {name} must be an integer, got {value!r}")
                 object.__setattr__(self, name, as_int)
+        for name in ("lower", "upper", "size"):
+            if not -INT64_LIMIT <= getattr(self, name) < INT64_LIMIT:
+                raise ValueError(f"buffer {self.id!r}: {name} {getattr(self, name)} does not fit in 63 bits")
         if self.size < 0:
             raise ValueError(f"buffer {self.id!r}: negative size {self.size}")
         if self.lower >= self.upper:

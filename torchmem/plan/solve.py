@@ -109,6 +109,9 @@ def solve(
     bs = as_buffers(buffers)
     if not bs:
         return Plan([], [], 0, 0, method, True, 0.0, alignment)
+    total = sum(-(-b.size // alignment) * alignment for b in bs)
+    if total >= 2**62:
+        raise ValueError(f"the sizes add up to {total} bytes, more than the planner's 2**62 limit")
     r = _core().solve(*_columns(bs), method, float(time_limit), alignment, progress)
     return Plan(bs, list(r["offsets"]), r["height"], r["lower_bound"], r["method"], r["optimal"], r["seconds"],
                 alignment, r["nodes"])
