@@ -17,7 +17,7 @@ from torch.cuda import _memory_viz as mv
 from torchmem import _C, sim
 from torchmem.snapshot import build_snapshot, dump_snapshot, snapshot_from_replay
 
-from conftest import ROOT, MiB, run_python, sim_allocator
+from conftest import MiB, run_python, sim_allocator
 
 
 def allocate_weights(a):
