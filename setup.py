@@ -28,7 +28,10 @@ cpu_glue = sources("csrc/torch/cpu_*.cpp")
 bindings = sources("csrc/bindings/*.cpp")
 cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda_available() else []
 
-cxx_flags = ["-O2", "-std=c++17", "-fvisibility=hidden"]
+# No -std flag: torch.utils.cpp_extension picks the standard the installed
+# torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and
+# compiles under both.
+cxx_flags = ["-O2", "-fvisibility=hidden"]
 define_macros = [("TORCHMEM_WITH_CUDA", "1")] if cuda_glue else []
 
 Extension = cpp_extension.CUDAExtension if cuda_glue else cpp_extension.CppExtension

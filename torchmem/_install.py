@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-import torch  # noqa: F401  (loads libc10 before the extension)
+import torch  # loads libc10 before the extension
 
 from torchmem import _C
 
@@ -24,7 +24,9 @@ def resolve_conf(conf: str | None) -> str:
 
 
 def install(kind: str = "caching", conf: str | None = None) -> None:
-    """Make torchmem's caching allocator PyTorch's CPU allocator.
+    """Make torchmem's caching allocator PyTorch's allocator: on a machine
+    with CUDA, the CUDA allocator (before CUDA initialises; see docs/cuda.md);
+    otherwise the CPU allocator.
 
     Args:
         kind: the allocator; "caching" (PyTorch's native policy).
@@ -38,7 +40,13 @@ def install(kind: str = "caching", conf: str | None = None) -> None:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
-    _C.cpu_install(resolve_conf(conf))
+    conf = resolve_conf(conf)
+    if torch.cuda.is_available():
+        from torchmem.cuda import install_cuda
+
+        install_cuda(kind, conf)
+        return
+    _C.cpu_install(conf)
 
 
 def uninstall() -> None:

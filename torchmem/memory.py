@@ -16,15 +16,21 @@ _SUPPORTED_DEVICES = ("cpu", None)
 
 
 def caching_allocator(device: Any = None) -> "_C.CachingAllocator | None":
-    """The caching allocator serving `device` (None before torchmem.install())."""
-    _check_device(device)
-    return _C.cpu_caching_allocator()
+    """The caching allocator serving `device` (None before torchmem.install()).
 
-
-def _check_device(device: Any) -> None:
+    device: None or "cpu" for the CPU install; "cuda", "cuda:N", an index or a
+    torch.device for the CUDA install.
+    """
     name = str(device) if device is not None else None
-    if name not in _SUPPORTED_DEVICES:
-        raise ValueError(f"torchmem manages the CPU on this machine; got device {device!r}")
+    if name in _SUPPORTED_DEVICES:
+        return _C.cpu_caching_allocator()
+    if isinstance(device, int) or (name or "").startswith("cuda"):
+        from torchmem import cuda
+
+        if not cuda.installed():
+            raise ValueError(f"torchmem manages the CPU on this machine (it is not installed on CUDA); got device {device!r}")
+        return cuda.caching_allocator(device)
+    raise ValueError(f"torchmem manages the CPU and CUDA devices; got device {device!r}")
 
 
 def flatten_stats(nested: dict) -> "OrderedDict[str, int]":
