@@ -16,10 +16,12 @@ import pytest
 import torch
 
 import torchmem
+import torchmem.cuda
 from conftest import run_python
 from torchmem import _C, sim, traces
 from torchmem.cli import main as cli_main
-from torchmem.plan import Buffer, buffers_from_trace, load_csv, lower_bound, solve
+from torchmem.cuda import CUDANotBuiltError, cuda_glue_built
+from torchmem.plan import Buffer, buffers_from_trace, fx, load_csv, lower_bound, solve
 
 EV = [{"op": "alloc", "id": 1, "size": 100}, {"op": "free", "id": 1}]
 
@@ -113,6 +115,7 @@ CASES = [
      "bad or missing field"),
     ("replay-size-2**64", lambda: sim.replay([{"op": "alloc", "id": 1, "size": 2**64}], "1GiB"), OverflowError,
      "too large"),
+    ("replay-progress-not-callable", lambda: sim.replay(EV, "1GiB", progress=5), TypeError, "not callable"),
     ("replay-history-negative", lambda: sim.replay(EV, "1GiB", history=-1), TypeError, "incompatible function"),
     ("compare-no-confs", lambda: sim.compare(EV, []), ValueError, "at least one config"),
     ("compare-confs-a-string", lambda: sim.compare(EV, "expandable_segments:True", capacity="1GiB"), ValueError,
@@ -130,7 +133,11 @@ CASES = [
     ("solve-duplicate-id", lambda: solve([(0, 0, 2, 4), (0, 1, 3, 4)]), ValueError, "duplicate buffer id"),
     ("solve-wrong-arity", lambda: solve([(0, 0, 2)]), ValueError, "expected a Buffer"),
     ("solve-missing-key", lambda: solve([{"lower": 0, "upper": 2}]), ValueError, "missing key 'size'"),
-    ("solve-size-2**64", lambda: solve([(0, 0, 2, 2**64)]), TypeError, "incompatible function arguments"),
+    ("solve-size-2**64", lambda: solve([(0, 0, 2, 2**64)]), ValueError, "does not fit in 63 bits"),
+    ("solve-sizes-sum-over-2**62", lambda: solve([(i, 0, 2, 2**62) for i in range(3)], method="greedy"), ValueError,
+     "2**62 limit"),
+    ("solve-alignment-pads-over-2**62", lambda: solve([(0, 0, 2, 2**62 + 1)], alignment=2**62), ValueError,
+     "2**62 limit"),
     ("lower_bound-bad-buffer", lambda: lower_bound([(0, 2, 1, 4)]), ValueError, "lower 2 >= upper 1"),
     ("buffers_from_trace-double-alloc",
      lambda: buffers_from_trace([{"op": "alloc", "id": 1, "size": 4}, {"op": "alloc", "id": 1, "size": 4}]),
@@ -143,6 +150,11 @@ CASES = [
      "op must be 'alloc' or 'free'"),
     ("buffers_from_trace-not-mapping", lambda: buffers_from_trace([5]), ValueError, "expected a mapping"),
     ("buffer-lower-ge-upper", lambda: Buffer("x", 5, 5, 1), ValueError, "lower 5 >= upper 5"),
+    ("plan-offset_of-unknown", lambda: solve([(0, 0, 1, 4)]).offset_of("nope"), KeyError, "nope"),
+    ("fx-analyze-not-graphmodule", lambda: fx.analyze(torch.nn.Linear(2, 2)), ValueError,
+     "expected a torch.fx.GraphModule"),
+    ("fx-plan_graph-not-graphmodule", lambda: fx.plan_graph(5), ValueError, "expected a torch.fx.GraphModule"),
+    ("fx-workspace-not-callable", lambda: fx.register_workspace("x", 5), ValueError, "must be callable"),
     # Arena
     ("arena-capacity-0", lambda: torchmem.Arena(0), ValueError, "capacity must be positive"),
     ("arena-capacity-negative", lambda: torchmem.Arena(-5), TypeError, "incompatible constructor arguments"),
@@ -214,8 +226,27 @@ def test_bad_input(fn, error, fragment):
 
 
 def test_case_ids_are_unique():
-    ids = [c[0] for c in CASES]
+    ids = [c[0] for c in CASES + CUDA_CASES]
     assert len(ids) == len(set(ids))
+
+
+# torchmem.cuda on a build without its CUDA part (CI's CPU torch).
+CUDA_CASES = [
+    ("cuda-install-not-built", lambda: torchmem.cuda.install_cuda(), CUDANotBuiltError, "built without its CUDA part"),
+    ("cuda-install-unknown-kind", lambda: torchmem.cuda.install_cuda("arena"), ValueError, "unknown allocator kind"),
+    ("cuda-caching_allocator-not-built", lambda: torchmem.cuda.caching_allocator(), CUDANotBuiltError,
+     "built without its CUDA part"),
+    ("cuda-pending_frees-not-built", lambda: torchmem.cuda.pending_frees(), CUDANotBuiltError,
+     "built without its CUDA part"),
+]
+
+
+@pytest.mark.skipif(cuda_glue_built(), reason="this build has its CUDA part (tests/cuda covers it)")
+@pytest.mark.parametrize("fn, error, fragment", [c[1:] for c in CUDA_CASES], ids=[c[0] for c in CUDA_CASES])
+def test_bad_input_cuda_not_built(fn, error, fragment):
+    with pytest.raises(error) as info:
+        fn()
+    assert fragment in str(info.value)
 
 
 # ---------------------------------------------------------------------------
@@ -380,8 +411,9 @@ def test_arena_with_no_device_is_an_error_not_a_crash():
     assert proc.returncode == 0 and "error:" in proc.stdout, proc.returncode
 
 
-@pytest.mark.xfail(strict=True, reason="planner: sizes near 2**62 overflow int64 (undefined behaviour in C++); "
-                   "three overlapping buffers of 2**62 get lower_bound 0, height 2**62 and validate() says True")
+# Regression tests: planner int64 overflows (sizes near 2**62, alignment
+# padding past int64, `torchmem plan` calling such a plan valid) reproduced
+# here first, now ValueErrors.
 def test_planner_huge_sizes_are_rejected_or_exact():
     big = 2**62
     try:
@@ -393,8 +425,6 @@ def test_planner_huge_sizes_are_rejected_or_exact():
     assert len(set(plan.offsets)) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="planner: alignment=2**62 with a size of 2**62+1 pads past int64 and "
-                   "returns height 0 for a non-empty buffer")
 def test_planner_huge_alignment_is_rejected_or_exact():
     try:
         plan = solve([(0, 0, 2, 2**62 + 1)], alignment=2**62)
@@ -403,8 +433,6 @@ def test_planner_huge_alignment_is_rejected_or_exact():
     assert plan.height >= 2**62 + 1
 
 
-@pytest.mark.xfail(strict=True, reason="`torchmem plan` prints 'valid True' and exits 0 for three overlapping "
-                   "buffers of 2**62 bytes (planner int64 overflow)")
 def test_cli_plan_does_not_report_an_overflowed_plan_as_valid(tmp_path, capsys):
     rows = "".join(f"{i},0,2,{2**62}\n" for i in range(3))
     status, out = _run_cli(tmp_path, ["plan", "{d}/big.csv", "--method", "greedy", "--quiet"],
