@@ -117,7 +117,8 @@ ScheduleResult schedule(const Graph& g, const std::vector<int64_t>& initial) {
   auto depends = [&](int64_t a, int64_t b) { return std::find(adj[a].begin(), adj[a].end(), b) != adj[a].end(); };
   auto improve = [&](std::vector<int64_t> ord) {
     int64_t peak = schedule_peak(g, ord);
-    for (int pass = 0; pass < 3; ++pass) {
+    // Each pass costs O(n * (n + users)): skipped on large graphs.
+    for (int pass = 0; pass < 3 && n <= kMaxSwapNodes; ++pass) {
       bool changed = false;
       for (int64_t i = 0; i + 1 < n; ++i) {
         if (depends(ord[i], ord[i + 1])) continue;

@@ -12,8 +12,9 @@
 // schedule(): least-peak-first list scheduling (among ready nodes, run the
 // one whose step peak is lowest, then the one freeing the most, then the
 // earliest in the initial order), then passes of swaps of adjacent
-// independent nodes kept when the peak drops. The result is never worse
-// than the initial order (which must be topological).
+// independent nodes kept when the peak drops (up to kMaxSwapNodes nodes).
+// The result is never worse than the initial order (which must be
+// topological).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@
 #include <vector>
 
 namespace torchmem::planner {
+
+constexpr int64_t kMaxSwapNodes = 4000;
 
 struct Graph {
   int64_t num_nodes = 0;
