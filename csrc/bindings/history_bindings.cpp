@@ -199,6 +199,9 @@ class StackTable {
 History::ContextProvider python_stack_provider(std::shared_ptr<StackTable> table) {
   return [table = std::move(table)]() -> uint64_t {
     if (!python_alive()) return 0;
+    // A thread Python never ran on (an intra-op worker) has no Python stack:
+    // answer without making it a thread state for the GIL.
+    if (PyGILState_GetThisThreadState() == nullptr) return 0;
     PyGILState_STATE state = PyGILState_Ensure();
     uint64_t id = 0;
     try {
