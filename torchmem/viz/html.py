@@ -44,11 +44,13 @@ def _e(text: object) -> str:
 
 
 def _short(filename: str) -> str:
-    """Installed packages by their import path: .../site-packages/torch/nn/x.py -> torch/nn/x.py."""
+    """Installed packages by their import path (.../site-packages/torch/nn/x.py -> torch/nn/x.py),
+    files under the current directory relative to it."""
     for marker in ("/site-packages/", "/dist-packages/"):
         if marker in filename:
             return filename.split(marker, 1)[1]
-    return filename
+    here = os.getcwd() + os.sep
+    return filename[len(here):] if filename.startswith(here) else filename
 
 
 def _frames_text(frames: list, limit: int = 8) -> str:
@@ -237,7 +239,8 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     if t is not None:
         out.append(_legend([("allocated", COLORS["requested"]), ("reserved", COLORS["reserved"]),
                             ("reserved but not allocated", "rgba(221,107,32,0.3)"),
-                            ("largest free block (sampled)", COLORS["largest_free"]), ("OOM", COLORS["oom"])]))
+                            ("largest free block (sampled)", COLORS["largest_free"])]
+                           + ([("OOM", COLORS["oom"])] if ooms else [])))
         out.append(_timeline_svg(t))
         for note in t.notes:
             out.append(f'<p class="note">Note: {_e(note)}.</p>')
