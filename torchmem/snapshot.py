@@ -60,12 +60,14 @@ def record_memory_history(
         max_entries: size of the ring buffer of events.
         stacks: "python" tags each allocation with the Python stack (file,
             line, function) that made it; None records events without stacks.
+            "all" (PyTorch's default, Python and C++ frames) is taken as
+            "python": torchmem records no C++ frames.
         device: the device whose allocator records (None or "cpu").
     """
     if enabled not in ("all", "state", None):
         raise ValueError(f"enabled must be 'all', 'state' or None, not {enabled!r}")
-    if stacks not in ("python", None):
-        raise ValueError(f"stacks must be 'python' or None, not {stacks!r}")
+    if stacks not in ("python", "all", None):
+        raise ValueError(f"stacks must be 'python' (or 'all', the same here) or None, not {stacks!r}")
     if enabled is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0):
         raise ValueError(f"max_entries must be a positive int, not {max_entries!r}")
     allocator = caching_allocator(device)
@@ -77,7 +79,7 @@ def record_memory_history(
         _C.enable_history(allocator, 0)
         _recording.update(mode=None, stacks=None, max_entries=0)
         return
-    table = _C.StackTable() if stacks == "python" else None
+    table = _C.StackTable() if stacks in ("python", "all") else None
     _C.enable_history(allocator, int(max_entries), table)
     _recording.update(mode=enabled, stacks=table, max_entries=int(max_entries))
 
