@@ -132,7 +132,7 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
     ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
     more = (f"; {len(hidden)} smaller segments ({fmt_bytes(sum(s['total_size'] for s in hidden))}) not shown"
             if hidden else "")
-    fig.suptitle(f"{title or 'segments'}\n{tot['segments']} segments, {fmt_bytes(tot['reserved'])} reserved, "
+    fig.suptitle(f"{title or 'segments'}\n{tot['segments']} segment{'s' if tot['segments'] != 1 else ''}, {fmt_bytes(tot['reserved'])} reserved, "
                  f"{fmt_bytes(tot['allocated'])} allocated, {fmt_bytes(tot['free_external'])} free in blocks "
                  f"(largest {fmt_bytes(tot['largest_free_block'])}){more}", fontsize=9.5, x=0.01, ha="left")
     fig.subplots_adjust(left=0.16, right=0.84, top=1 - 0.95 / (1.6 + 0.32 * rows) - 0.02,

@@ -76,7 +76,7 @@ def format_totals(t: dict, name: str = "") -> str:
     for pool in ("large", "small"):
         p = t["pools"][pool]
         if p["segments"]:
-            lines.append(f"  {pool} pool: {p['segments']} segments, {fmt_bytes(p['reserved'])} reserved, "
+            lines.append(f"  {pool} pool: {p['segments']} segment{'s' if p['segments'] != 1 else ''}, {fmt_bytes(p['reserved'])} reserved, "
                          f"{fmt_bytes(p['allocated'])} allocated, {fmt_bytes(p['free_external'])} free external")
     ok = t["allocated"] + t["free_internal"] + t["free_external"] == reserved
     lines.append(f"  allocated + free internal + free external {'=' if ok else '!='} reserved")
