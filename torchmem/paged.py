@@ -69,9 +69,11 @@ class _Seq:
 def _token_ids(tokens) -> list[int]:
     """Token ids as Python ints: a tensor element hashes by identity, which
     would make prefix keys meaningless."""
-    if hasattr(tokens, "tolist"):
-        return tokens.tolist()
-    return [int(t) for t in tokens]
+    ids = tokens.tolist() if hasattr(tokens, "tolist") else list(tokens)
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int):
+            raise TypeError(f"token ids must be integers, got {t!r}")
+    return ids
 
 
 def _block_hash(prev: int, tokens) -> int:

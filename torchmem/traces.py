@@ -104,12 +104,14 @@ def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
     op = event.get("op")
     if op not in ("alloc", "free"):
         raise TraceError(f"{where}: unknown op {op!r} (expected 'alloc' or 'free')")
-    try:
-        id_ = int(event["id"])
-        size = int(event.get("size", 0))
-        stream = int(event.get("stream", 0))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TraceError(f"{where}: bad or missing field ({exc})") from None
+    if "id" not in event:
+        raise TraceError(f"{where}: bad or missing field ('id')")
+    id_, size, stream = event["id"], event.get("size", 0), event.get("stream", 0)
+    for name, value in (("id", id_), ("size", size), ("stream", stream)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
+    if max(id_, size, stream) >= 2**64:
+        raise TraceError(f"{where}: id, size and stream must be below 2**64")
     if id_ < 0 or size < 0 or stream < 0:
         raise TraceError(f"{where}: id, size and stream must be non-negative")
     if op == "alloc" and size == 0:
@@ -140,6 +142,8 @@ def load_jsonl(path: str) -> Trace:
                     event = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise TraceError(f"{path}: line {lineno}: not JSON ({exc.msg}); truncated file?") from None
+                except UnicodeDecodeError:
+                    raise TraceError(f"{path}: line {lineno}: not UTF-8 text") from None
                 builder.add(*_parse_event(event, f"{path}: line {lineno}"))
                 if len(builder) >= CHUNK:
                     yield builder.take()
@@ -161,10 +165,12 @@ def snapshot_events(snapshot: dict, name: str, device: int | None = None) -> Tra
     if not isinstance(traces, list):
         raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
     if device is None:
-        device = max(range(len(traces)), key=lambda d: len(traces[d]), default=0)
+        device = max(range(len(traces)), key=lambda d: len(traces[d]) if isinstance(traces[d], list) else -1, default=0)
     if not 0 <= device < len(traces):
         raise TraceError(f"{name}: no device {device} (the snapshot has {len(traces)})")
     entries = traces[device]
+    if not isinstance(entries, list):
+        raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
     actions = {e.get("action") for e in entries if isinstance(e, dict)}
     free_action = "free_completed" if "free_completed" in actions else "free_requested"
     notes: list[str] = []
@@ -180,19 +186,24 @@ def snapshot_events(snapshot: dict, name: str, device: int | None = None) -> Tra
             action = entry["action"]
             if action not in SNAPSHOT_ACTIONS:
                 raise TraceError(f"{name}: device {device} event {i}: unknown action {action!r}")
+            if action not in ("alloc", free_action):
+                continue
+            try:
+                addr, size, stream = int(entry["addr"]), int(entry.get("size", 0)), int(entry.get("stream", 0))
+                if addr < 0 or size < 0 or stream < 0 or (action == "alloc" and size == 0):
+                    raise ValueError("negative or zero size, address or stream")
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
+                raise TraceError(f"{name}: device {device} event {i}: bad {action} entry ({type(exc).__name__}: {exc})") from None
             if action == "alloc":
-                addr = int(entry["addr"])
                 live[addr] = next_id
-                builder.add(ALLOC, next_id, int(entry["size"]), int(entry.get("stream", 0)))
+                builder.add(ALLOC, next_id, size, stream)
                 next_id += 1
-            elif action == free_action:
-                id_ = live.pop(int(entry["addr"]), None)
+            else:
+                id_ = live.pop(addr, None)
                 if id_ is None:
                     unmatched += 1
                     continue
-                builder.add(FREE, id_, 0, int(entry.get("stream", 0)))
-            else:
-                continue
+                builder.add(FREE, id_, 0, stream)
             if len(builder) >= CHUNK:
                 yield builder.take()
         if len(builder):

@@ -36,6 +36,7 @@ void bind_caching(py::module_& m) {
 
   py::class_<CachingAllocator, Allocator, std::shared_ptr<CachingAllocator>>(m, "CachingAllocator")
       .def(py::init([](std::shared_ptr<Device> device, const std::string& conf) {
+             if (!device) throw py::type_error("CachingAllocator needs a device (HostDevice or SimDevice), not None");
              return std::make_shared<CachingAllocator>(*device, AllocatorConfig::parse(conf));
            }),
            py::arg("device"), py::arg("conf") = "", py::keep_alive<1, 2>())
@@ -52,10 +53,9 @@ void bind_caching(py::module_& m) {
       .def("largest_free_block", &CachingAllocator::largest_free_block)
       .def("segments", [](const CachingAllocator& a) { return segments_to_list(a.segments()); })
       .def("check_invariants", &CachingAllocator::check_invariants)
-      .def("enable_history",
-           [](CachingAllocator& a, size_t max_entries) { a.history().enable(max_entries); },
+      .def("enable_history", [](CachingAllocator& a, size_t max_entries) { a.enable_history(max_entries); },
            py::arg("max_entries"))
-      .def("history", [](CachingAllocator& a) { return trace_to_list(a.history().entries()); })
+      .def("history", [](const CachingAllocator& a) { return trace_to_list(a.history_entries()); })
       .def_property_readonly("config", [](const CachingAllocator& a) { return a.config().to_string(); })
       .def_property_readonly("device", [](CachingAllocator& a) { return a.device().name(); });
 }

@@ -56,6 +56,7 @@ void bind_paged(py::module_& m) {
   py::class_<Arena, Allocator, std::shared_ptr<Arena>>(m, "Arena")
       .def(py::init([](std::shared_ptr<Device> device, size_t capacity, size_t alignment,
                        std::shared_ptr<Allocator> fallback) {
+             if (!device) throw py::type_error("Arena needs a device (torchmem._C.HostDevice or SimDevice), not None");
              ArenaOptions options;
              options.capacity = capacity;
              options.default_alignment = alignment;

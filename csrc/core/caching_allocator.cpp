@@ -502,6 +502,16 @@ void CachingAllocator::throw_oom(const Request& r) {
   throw OutOfMemory(msg.str(), info);
 }
 
+void CachingAllocator::enable_history(size_t max_entries, History::ContextProvider provider) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  history_.enable(max_entries, std::move(provider));
+}
+
+std::vector<TraceEntry> CachingAllocator::history_entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return history_.entries();
+}
+
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

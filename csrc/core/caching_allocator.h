@@ -50,7 +50,9 @@ class CachingAllocator final : public Allocator {
   void empty_cache();
 
   // Called on a miss before a new segment is allocated; a callback returns
-  // true when it freed memory the allocator may now find cached.
+  // true when it freed memory the allocator may now find cached. Callbacks
+  // run under the allocator's lock (as PyTorch's): they must not call back
+  // into this allocator (a deallocate() from a callback deadlocks).
   void add_free_memory_callback(std::function<bool()> callback);
 
   // Limit reserved memory to fraction * device.total_bytes(); enables the
@@ -67,6 +69,11 @@ class CachingAllocator final : public Allocator {
 
   // Segments and blocks as they stand (address order), for snapshots.
   std::vector<SegmentInfo> segments() const;
+  // History under the allocator's lock (safe while other threads allocate).
+  // enable_history(0) stops recording and drops the entries.
+  void enable_history(size_t max_entries, History::ContextProvider provider = nullptr);
+  std::vector<TraceEntry> history_entries() const;
+  // Direct access, for single-threaded owners (the replayer) only.
   History& history() { return history_; }
 
   // Throws std::logic_error describing the first broken invariant:

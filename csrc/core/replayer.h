@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/caching_allocator.h"
+#include "core/node_pool.h"
 #include "core/sim_device.h"
 
 namespace torchmem {
@@ -64,7 +65,10 @@ class Replayer {
 
   std::unique_ptr<SimDevice> device_;
   std::unique_ptr<CachingAllocator> allocator_;
-  std::unordered_map<uint64_t, void*> live_;
+  NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm
+  using LiveMap = std::unordered_map<uint64_t, void*, std::hash<uint64_t>, std::equal_to<uint64_t>,
+                                     PoolAllocator<std::pair<const uint64_t, void*>>>;
+  LiveMap live_{1024, std::hash<uint64_t>{}, std::equal_to<uint64_t>{}, PoolAllocator<std::pair<const uint64_t, void*>>(&nodes_)};
   std::unique_ptr<ReplayOom> oom_;
   std::vector<TimelinePoint> timeline_;
   uint64_t sample_every_;

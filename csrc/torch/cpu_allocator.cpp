@@ -104,30 +104,36 @@ void CpuAllocator::delete_pointer(void* ptr) {
 }
 
 // Called from deleters, which must not throw: tries every owner in turn.
+// Thread allocators come first: they may wrap the caching allocator (a
+// recorder, a planned slab's fallback) and must see their own frees.
 void CpuAllocator::release(void* ptr) {
+  std::vector<std::shared_ptr<torchmem::Allocator>> routed;
   std::shared_ptr<CachingAllocator> current;
-  std::vector<std::shared_ptr<torchmem::Allocator>> others;
   c10::DeleterFnPtr previous_deleter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!routed_.empty()) routed.assign(routed_.begin(), routed_.end());
     current = caching_;
     previous_deleter = previous_deleter_;
   }
+  auto hand_to = [&](torchmem::Allocator& owner) {
+    try {
+      owner.deallocate(ptr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "torchmem: %s\n", e.what());
+    }
+  };
+  for (auto& owner : routed) {
+    if (owner->owns(ptr)) return hand_to(*owner);
+  }
   if (current && current->try_deallocate(ptr)) return;
+  std::vector<std::shared_ptr<CachingAllocator>> retired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    others.assign(routed_.begin(), routed_.end());
-    others.insert(others.end(), retired_.begin(), retired_.end());
+    retired.assign(retired_.begin(), retired_.end());
   }
-  for (auto& owner : others) {
-    if (owner->owns(ptr)) {
-      try {
-        owner->deallocate(ptr);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "torchmem: %s\n", e.what());
-      }
-      return;
-    }
+  for (auto& owner : retired) {
+    if (owner->try_deallocate(ptr)) return;
   }
   if (previous_deleter) {
     previous_deleter(ptr);

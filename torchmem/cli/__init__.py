@@ -29,6 +29,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"torchmem {args.command}: error: {exc}", file=sys.stderr)
         return 1
