@@ -315,3 +315,43 @@ def test_record_before_install_says_so():
         record_memory_history(max_entries=0)
     with pytest.raises(ValueError, match="stacks"):
         record_memory_history(stacks="cpp")
+
+
+def pytorch_style_snapshot():
+    """A snapshot as torch.cuda.memory._snapshot() writes one on a GPU (keys of torch 2.x)."""
+    frames = [{"filename": "/src/model.py", "line": 12, "name": "forward"},
+              {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"}]
+    base = 0x7F0000000000
+    seg = {"device": 0, "address": base, "total_size": 20 * MiB, "allocated_size": 8 * MiB, "active_size": 10 * MiB,
+           "requested_size": 8 * MiB - 100, "stream": 0, "segment_type": "large", "segment_pool_id": (0, 0),
+           "is_expandable": False, "frames": frames,
+           "blocks": [{"address": base, "size": 8 * MiB, "requested_size": 8 * MiB - 100, "state": "active_allocated", "frames": frames},
+                      {"address": base + 8 * MiB, "size": 2 * MiB, "requested_size": 2 * MiB, "state": "active_pending_free", "frames": frames},
+                      {"address": base + 10 * MiB, "size": 10 * MiB, "requested_size": 0, "state": "inactive", "frames": []}]}
+    t = [{"action": "segment_alloc", "addr": base, "size": 20 * MiB, "stream": 0, "time_us": 1, "frames": frames},
+         {"action": "alloc", "addr": base, "size": 8 * MiB - 100, "stream": 0, "time_us": 2, "frames": frames,
+          "compile_context": "N/A", "user_metadata": ""},
+         {"action": "alloc", "addr": base + 8 * MiB, "size": 2 * MiB, "stream": 0, "time_us": 3, "frames": frames},
+         {"action": "free_requested", "addr": base + 8 * MiB, "size": 2 * MiB, "stream": 0, "time_us": 4, "frames": frames},
+         {"action": "oom", "size": 100 * 2**30, "device_free": 5 * MiB, "stream": 0, "time_us": 5, "frames": frames},
+         {"action": "snapshot", "addr": 0, "size": 0, "stream": 0, "time_us": 6, "frames": []}]
+    return {"segments": [seg], "device_traces": [t], "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": ""},
+            "external_annotations": []}
+
+
+def test_reads_pytorch_snapshots(tmp_path):
+    path = tmp_path / "cuda.pickle"
+    dump_snapshot(path, pytorch_style_snapshot())
+    snap = load(path)
+    t = totals(snap)
+    assert (t["allocated"], t["free_internal"], t["free_external"], t["reserved"]) == (8 * MiB - 100, 100, 12 * MiB, 20 * MiB)
+    assert t["active_pending_free"] == 2 * MiB and t["largest_free_block"] == 10 * MiB
+    tl = timeline(snap)
+    assert tl.allocated[-1] == 10 * MiB - 100  # a pending free still holds its bytes
+    assert tl.reserved[0] == 0 and tl.reserved[-1] == 20 * MiB
+    assert tl.ooms[0]["device_free"] == 5 * MiB and tl.largest_free[-1] == 10 * MiB
+    for args in (["plot", path, "-o", tmp_path / "a.png"], ["plot", path, "--segments", "-o", tmp_path / "b.png"],
+                 ["viz", path, "-o", tmp_path / "c.html"], ["stats", path]):
+        out = cli(*args)
+        assert out.returncode == 0, out.stderr
+    assert "model.py:12 forward" in (tmp_path / "c.html").read_text()
