@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast sanitize bench clean
+.PHONY: demo test test-fast sanitize sanitize-quick clean
 
 # A venv that also sees system packages, so a CUDA build of torch already
 # installed is used as it is; otherwise the CPU build of torch $(TORCH_VERSION).
@@ -32,8 +32,12 @@ test: $(VENV)/.built
 test-fast: $(VENV)/.built
 	$(PY) -m pytest -q -x tests -m "not slow"
 
-bench: $(VENV)/.built
-	$(PY) benchmarks/run_all.py
+# The C++ core's test driver under ASan+UBSan (leaks on) and, separately, TSan.
+sanitize:
+	scripts/sanitize.sh
+
+sanitize-quick:
+	TORCHMEM_QUICK=1 scripts/sanitize.sh
 
 clean:
 	rm -rf build *.egg-info torchmem/*.so $(VENV)
