@@ -232,7 +232,7 @@ void bind_history(py::module_& m) {
   m.def(
       "enable_history",
       [](CachingAllocator& a, size_t max_entries, std::shared_ptr<StackTable> stacks) {
-        a.history().enable(max_entries, stacks ? python_stack_provider(std::move(stacks)) : nullptr);
+        a.enable_history(max_entries, stacks ? python_stack_provider(std::move(stacks)) : nullptr);  // under its lock
       },
       py::arg("allocator"), py::arg("max_entries"), py::arg("stacks") = nullptr,
       "Record the last max_entries allocator events (0 turns recording off and clears it); with a "
@@ -240,7 +240,7 @@ void bind_history(py::module_& m) {
   m.def(
       "history_enabled", [](CachingAllocator& a) { return a.history().enabled(); }, py::arg("allocator"));
   m.def(
-      "history_entries", [](CachingAllocator& a) { return trace_to_list(a.history().entries()); },
+      "history_entries", [](const CachingAllocator& a) { return trace_to_list(a.history_entries()); },
       py::arg("allocator"),
       "History entries oldest first: {'action', 'addr', 'size', 'stream', 'time_us', 'context'}.");
   m.def(
