@@ -355,3 +355,11 @@ def test_reads_pytorch_snapshots(tmp_path):
         out = cli(*args)
         assert out.returncode == 0, out.stderr
     assert "model.py:12 forward" in (tmp_path / "c.html").read_text()
+
+
+def test_device_index_places_traces():
+    a, _, _ = sim_snapshot()
+    snap = build_snapshot(a.segments(), _C.history_entries(a), device=2)
+    assert [len(t) > 0 for t in snap["device_traces"]] == [False, False, True]
+    assert {s["device"] for s in snap["segments"]} == {2}
+    assert timeline(snap).device == 2 and timeline(snap).reserved[-1] == totals(snap)["reserved"]

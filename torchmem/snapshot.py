@@ -40,8 +40,21 @@ __all__ = [
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 DEFAULT_MAX_ENTRIES = 100_000
 
-# What record_memory_history() last set, per allocator (there is one on CPU).
-_recording: dict[str, Any] = {"mode": None, "stacks": None, "max_entries": 0}
+# What record_memory_history() last set, per device ("cpu", 0) / ("cuda", N).
+_recording: dict[tuple, dict] = {}
+_OFF = {"mode": None, "stacks": None, "max_entries": 0}
+
+
+def _device_key(device: Any) -> tuple[str, int]:
+    if device is None or str(device) == "cpu":
+        return ("cpu", 0)
+    if isinstance(device, int):
+        return ("cuda", device)
+    import torch
+
+    d = torch.device(device)
+    index = d.index if d.index is not None else (torch.cuda.current_device() if d.type == "cuda" else 0)
+    return (d.type, index)
 
 
 def record_memory_history(
@@ -71,46 +84,50 @@ def record_memory_history(
     if enabled is not None and (isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0):
         raise ValueError(f"max_entries must be a positive int, not {max_entries!r}")
     allocator = caching_allocator(device)
+    key = _device_key(device)
     if allocator is None:
         if enabled is None:
             return
         raise RuntimeError("torchmem is not installed: call torchmem.install() before record_memory_history()")
     if enabled is None:
         _C.enable_history(allocator, 0)
-        _recording.update(mode=None, stacks=None, max_entries=0)
+        _recording.pop(key, None)
         return
     table = _C.StackTable() if stacks in ("python", "all") else None
     _C.enable_history(allocator, int(max_entries), table)
-    _recording.update(mode=enabled, stacks=table, max_entries=int(max_entries))
+    _recording[key] = {"mode": enabled, "stacks": table, "max_entries": int(max_entries)}
 
 
 @atexit.register
 def _stop_at_exit() -> None:
     # Stacks are captured with the interpreter's help: stop before it goes.
-    if _recording["mode"] is not None:
+    for kind, index in list(_recording):
         try:
-            allocator = caching_allocator()
+            allocator = caching_allocator(None if kind == "cpu" else f"{kind}:{index}")
             if allocator is not None:
                 _C.enable_history(allocator, 0)
         except Exception:  # pragma: no cover - nothing to stop
             pass
-        _recording.update(mode=None, stacks=None, max_entries=0)
+    _recording.clear()
 
 
 def memory_snapshot(device: Any = None) -> dict:
     """The allocator's segments, blocks and history as torch.cuda.memory._snapshot() gives them."""
     allocator = caching_allocator(device)
+    key = _device_key(device)
     if allocator is None:
         return build_snapshot([], [], settings={"backend": "torchmem", "installed": False})
     recording = _C.history_enabled(allocator)  # False after install() made a fresh allocator
+    state = _recording.get(key, _OFF) if recording else _OFF
     entries = _C.history_entries(allocator) if recording else []
     segments = allocator.segments()
-    table = _recording["stacks"] if recording else None
+    table = state["stacks"]
     return build_snapshot(
         segments,
         entries,
         frames_of=table.frames if table is not None else None,
-        include_traces=recording and _recording["mode"] != "state",
+        include_traces=recording and state["mode"] != "state",
+        device=key[1],
         settings={"backend": "torchmem", "conf": allocator.config, "device": allocator.device},
     )
 
@@ -208,7 +225,8 @@ def build_snapshot(
             else:
                 entry["addr"] = e["addr"]
             trace.append(entry)
-    snapshot = {"segments": out_segments, "device_traces": [trace], "allocator_settings": dict(settings or {})}
+    traces = [[] for _ in range(device)] + [trace]  # device_traces is indexed by device
+    snapshot = {"segments": out_segments, "device_traces": traces, "allocator_settings": dict(settings or {})}
     return snapshot
 
 
