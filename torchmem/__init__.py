@@ -23,6 +23,7 @@ from torchmem.memory import (
     set_per_process_memory_fraction,
 )
 from torchmem.summary import memory_summary
+from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history, snapshot_from_replay
 from torchmem.arena import Arena, ArenaEscapeError, arena
 from torchmem.paged import OutOfBlocksError, PagedKVCache
 
@@ -35,6 +36,7 @@ __all__ = [
     "PagedKVCache",
     "arena",
     "caching_allocator",
+    "dump_snapshot",
     "empty_cache",
     "install",
     "installed",
@@ -42,10 +44,13 @@ __all__ = [
     "max_memory_reserved",
     "memory_allocated",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_summary",
+    "record_memory_history",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
     "set_per_process_memory_fraction",
+    "snapshot_from_replay",
     "uninstall",
 ]
