@@ -137,5 +137,5 @@ def test_history_on_replays():
 
     events = [{"op": "alloc", "id": i, "size": 4096} for i in range(4)] + [{"op": "free", "id": i} for i in range(4)]
     r = sim.replay(events, "1GiB", history=100)
-    acts = [e["action"] for e in r._replayer.history()]
+    acts = [e["action"] for e in r.replayer.history()]
     assert acts.count("alloc") == 4 and acts.count("free_completed") == 4 and acts[0] == "segment_alloc"

@@ -180,7 +180,7 @@ def test_replaying_a_recorded_history_reproduces_segments_and_peaks(conf, tmp_pa
     path = tmp_path / "run.pickle"
     path.write_bytes(pickle.dumps(history_to_snapshot(recorded)))
     r = sim.replay(str(path), 4 * GiB, conf, history=1_000_000)
-    replayed = r._replayer.history()
+    replayed = r.replayer.history()
     segment_actions = ("segment_alloc", "segment_free", "segment_map", "segment_unmap")
     assert [(e["action"], e["size"]) for e in recorded if e["action"] in segment_actions] == [
         (e["action"], e["size"]) for e in replayed if e["action"] in segment_actions

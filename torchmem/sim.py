@@ -44,6 +44,7 @@ class ReplayResult:
     segments: list = field(repr=False, default_factory=list)
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
+    replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
 
     def to_json(self) -> dict:
         oom = None
@@ -194,8 +195,8 @@ def replay(
         segments=replayer.segments(),
         skipped=replayer.skipped,
         notes=list(trace.notes),
+        replayer=replayer,
     )
-    result._replayer = replayer  # keeps history reachable for snapshots
     return result
 
 

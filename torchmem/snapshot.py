@@ -145,7 +145,7 @@ def snapshot_from_replay(result: Any) -> dict:
     Replay with ``history=N`` to get device_traces (and so the timeline
     pictures); without it, the snapshot has the final segments only.
     """
-    replayer = getattr(result, "_replayer", None)
+    replayer = result.replayer
     entries = replayer.history() if replayer is not None else []
     settings = {"backend": "torchmem-sim", "conf": result.conf, "capacity": result.capacity,
                 "in_use_by_others": result.in_use_by_others, "completed": result.completed}
