@@ -1,14 +1,17 @@
-"""Record one training step, plan it, and serve the next steps from one slab.
+"""Record one training step, plan it, and serve the next steps from one region.
 
     python examples/planned_step.py
 
 Sequence lengths vary; steps are bucketed by shape (lengths rounded up to 32
-and padded), so each bucket gets its own plan after its first step.
+and padded), so each bucket gets its own plan: its first step warms up (the
+optimizer makes its state), its second is recorded and planned, the rest are
+served from the plan. The buckets' plans share one region, as tall as the
+tallest plan, held as one block of the caching allocator.
 """
 import torch
 
 import torchmem
-from torchmem.planned import planned, plans
+from torchmem.planned import planned, plans, slab_stats
 
 
 def main() -> None:
@@ -29,8 +32,12 @@ def main() -> None:
             del loss
         print(f"{step:>4} {length:>4} {bucket:>6} {report.phase:>9} {report.hits:>5} {report.misses:>6}")
     for key, entry in plans().items():
-        print(f"bucket {key}: slab {entry.plan_height / 2**20:.2f} MiB, lower bound {entry.lower_bound / 2**20:.2f} MiB "
+        print(f"bucket {key}: plan {entry.plan_height / 2**20:.2f} MiB, lower bound {entry.lower_bound / 2**20:.2f} MiB "
               f"({entry.planned_slots} planned allocations, {entry.unplanned_slots} outlive the step)")
+    mib = 2**20
+    print(f"shared region {slab_stats()['region_bytes'] / mib:.2f} MiB; torchmem reserved "
+          f"{torchmem.memory_reserved() / mib:.2f} MiB, allocated {torchmem.memory_allocated() / mib:.2f} MiB "
+          "(weights, optimizer state and the region)")
     torchmem.caching_allocator().check_invariants()
 
 

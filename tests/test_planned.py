@@ -29,7 +29,7 @@ def test_first_step_records_then_steps_hit_the_plan_with_the_same_results():
 x = torch.randn(64, 256)
 expected = step(x)
 reports, values = [], []
-for _ in range(4):
+for _ in range(5):
     with planned("s") as rep:
         values.append(step(x))
     reports.append([rep.phase, rep.hits, rep.misses, rep.escaped])
@@ -39,8 +39,8 @@ print(json.dumps({"reports": reports, "values": values, "expected": expected,
                   "height": entry.plan_height, "lb": entry.lower_bound}))
 """
     )
-    assert r["reports"][0][0] == "recorded"
-    for phase, hits, misses, escaped in r["reports"][1:]:
+    assert [rep[0] for rep in r["reports"][:2]] == ["warmup", "recorded"]
+    for phase, hits, misses, escaped in r["reports"][2:]:
         assert phase == "planned" and hits > 0 and misses == 0 and escaped == 0
     assert all(v == r["expected"] for v in r["values"])
     assert r["lb"] <= r["height"] <= r["lb"] * 1.01 + 4096
@@ -49,7 +49,7 @@ print(json.dumps({"reports": reports, "values": values, "expected": expected,
 def test_divergent_sizes_miss_safely_and_force_a_rerecord():
     r = run_json(
         """
-with planned("k"):
+with planned("k", warmup=0):
     step(torch.randn(64, 256))
 with planned("k", max_miss_ratio=0.25) as rep:
     value = step(torch.randn(80, 256))   # other sizes: every request misses
@@ -83,7 +83,7 @@ def leaky(x):
     return h, out
 
 x = torch.randn(64, 256)
-with planned("e"):
+with planned("e", warmup=0):
     leaky(x)
 with planned("e") as rep1:
     kept, _ = leaky(x)           # `kept` escapes the step
@@ -130,3 +130,127 @@ except RuntimeError as e:
 """
     )
     assert "needs torchmem.install()" in proc.stdout
+
+
+def test_training_with_adamw_records_after_warmup_and_then_every_step_hits():
+    r = run_json(
+        """
+def train_run(use_plan, warmup=1):
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    losses, reports = [], []
+    for i in range(5):
+        x = torch.randn(32, 64, generator=torch.Generator().manual_seed(i))
+        with (planned("t", warmup=warmup) if use_plan else torch.no_grad()) as rep:
+            with torch.enable_grad():
+                loss = net(x).pow(2).mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss.item())
+        if use_plan:
+            reports.append([rep.phase, rep.hits, rep.misses, rep.rerecord])
+    return losses, reports
+base, _ = train_run(False)
+warm, warm_reports = train_run(True)
+from torchmem.planned import forget
+forget("t")
+_, cold_reports = train_run(True, warmup=0)
+print(json.dumps({"same": base == warm, "warm": warm_reports, "cold": cold_reports}))
+"""
+    )
+    assert r["same"] is True
+    assert [p[0] for p in r["warm"]] == ["warmup", "recorded", "planned", "planned", "planned"]
+    assert all(p[2] <= 1 and p[1] > 0 for p in r["warm"][2:])  # only the returned loss can miss
+    # Recorded while AdamW made its state, the plan diverges at once and is recorded again.
+    assert r["cold"][0][0] == "recorded" and r["cold"][1][3] is True and r["cold"][2][0] == "recorded"
+
+
+def test_buckets_share_one_region_counted_in_the_allocator_stats():
+    r = run_json(
+        """
+reports = []
+for n in (64, 128, 64, 128, 64, 128):
+    with planned(n, warmup=0) as rep:
+        step(torch.randn(n, 256))
+    reports.append([rep.phase, rep.misses])
+from torchmem.planned import slab_stats
+heights = sorted(e.plan_height for e in plans().values())
+st = slab_stats()
+print(json.dumps({"reports": reports, "heights": heights, "region": st["region_bytes"],
+                  "allocated": torchmem.memory_allocated(), "reserved": torchmem.memory_reserved()}))
+"""
+    )
+    assert [p[0] for p in r["reports"]] == ["recorded"] * 2 + ["planned"] * 4
+    assert all(p[1] == 0 for p in r["reports"][2:])
+    assert r["heights"][0] < r["heights"][1] == r["region"]
+    assert r["allocated"] >= r["region"] and r["reserved"] >= r["region"]
+
+
+def test_release_cache_gives_the_recorded_steps_memory_back():
+    r = run_json(
+        """
+out = {}
+for release in (False, True):
+    from torchmem.planned import forget
+    forget()
+    torchmem.empty_cache()
+    with planned(release, warmup=0, release_cache=release):
+        step(torch.randn(8192, 256))
+    out[str(release)] = torchmem.memory_reserved() - torchmem.memory_allocated()
+print(json.dumps(out))
+"""
+    )
+    # The step's two 32 MiB activations stay cached without release; with it,
+    # only the weights' partly used segment keeps free bytes.
+    assert r["True"] < 4 << 20
+    assert r["False"] - r["True"] >= 64 << 20
+
+
+def test_a_rerecorded_key_skips_warmup_and_forget_starts_over():
+    r = run_json(
+        """
+phases = []
+def go(n, **kw):
+    with planned("k", **kw) as rep:
+        step(torch.randn(n, 256))
+    phases.append(rep.phase)
+    return rep
+go(64); go(64); go(64)
+rep = go(96)                       # diverges: re-record at the next step
+go(96)
+from torchmem.planned import forget, slab_stats
+forget("k")
+region_after_forget = slab_stats()["region_bytes"]
+go(96)
+print(json.dumps({"phases": phases, "rerecord": rep.rerecord, "region": region_after_forget}))
+"""
+    )
+    assert r["phases"] == ["warmup", "recorded", "planned", "planned", "recorded", "warmup"]
+    assert r["rerecord"] is True and r["region"] == 0
+
+
+def test_bad_arguments_and_nesting_are_refused():
+    r = run_json(
+        """
+errors = []
+for kwargs in ({"warmup": -1}, {"warmup": 1.5}, {"max_miss_ratio": 2.0}, {"device": "tpu"}, {"bucket": 0, "inputs": torch.ones(2)}):
+    try:
+        with planned("x", **kwargs):
+            pass
+    except (ValueError, TypeError) as e:
+        errors.append(type(e).__name__)
+try:
+    with planned("outer"):
+        with planned("inner"):
+            pass
+except RuntimeError as e:
+    errors.append("nest: " + str(e))
+with planned("after"):  # the failed nesting left no step open
+    step(torch.randn(4, 256))
+print(json.dumps(errors))
+"""
+    )
+    assert r[:5] == ["ValueError"] * 5
+    assert r[5].startswith("nest: planned() blocks do not nest")

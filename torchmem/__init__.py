@@ -26,6 +26,7 @@ from torchmem.summary import memory_summary
 from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history, snapshot_from_replay
 from torchmem.arena import Arena, ArenaEscapeError, arena
 from torchmem.paged import OutOfBlocksError, PagedKVCache
+from torchmem.planned import planned, planned_step
 
 __version__ = "0.1.0"
 
@@ -47,6 +48,8 @@ __all__ = [
     "memory_snapshot",
     "memory_stats",
     "memory_summary",
+    "planned",
+    "planned_step",
     "record_memory_history",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",

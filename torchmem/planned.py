@@ -1,22 +1,36 @@
 """Planned allocation at run time: record one step, plan it, serve the next
-steps from one slab.
+steps from one region.
 
     torchmem.install()
     for batch in loader:
         with torchmem.planned(inputs=batch):     # key: the batch's shapes, bucketed
             loss = step(batch)
 
-The first time a key is seen, the step runs on the caching allocator while
-its allocation sequence is recorded; the sequence is planned with
-torchmem.plan (every buffer gets an offset in one slab, buffers that never
-live together share bytes). From the next step with that key on, the i-th
-allocation is served at its planned offset: no search, no splitting. A
-request whose size or order differs from the plan, or one beyond it, goes to
-the caching allocator and counts a miss; a slot whose bytes are still held
-(by a tensor that outlived its planned lifetime or escaped an earlier step)
-is never handed out again while held, so a divergent step cannot corrupt
-memory. A plan whose step misses more than ``max_miss_ratio`` of its
-allocations is dropped and the key is recorded again at its next step.
+Each key (a shape bucket) goes through three phases. Warm-up: its first
+``warmup`` steps run on the caching allocator untouched, so that state made
+once (optimizer moments, lazily built caches) exists before anything is
+recorded, as with CUDA graph capture. Recording: the next step runs on the
+caching allocator while its allocation sequence is recorded; the sequence is
+planned with torchmem.plan (every buffer gets an offset, buffers that never
+live together share bytes), and, with ``release_cache``, the caching
+allocator gives its cache back so the recorded step's memory is not held
+twice. Planned: from then on, the i-th allocation is served at its planned
+offset: no search, no splitting.
+
+All plans of a device share one region, as tall as the tallest plan (one
+step runs at a time). The region is one block of the caching allocator, so
+``torchmem.memory_reserved()`` / ``memory_allocated()`` (and
+``torch.cuda.memory_stats()`` on CUDA) include it.
+
+A request whose size, order or stream differs from the plan, or one beyond
+it, goes to the caching allocator and counts a miss; a slot whose bytes are
+still held (by a tensor that outlived its planned lifetime or escaped an
+earlier step) is never handed out again while held, so a divergent step
+cannot corrupt memory. A plan whose step misses more than ``max_miss_ratio``
+of its allocations is dropped and the key is recorded again at its next step.
+
+One planned step runs at a time per device (blocks do not nest), on the
+thread that entered the block; allocations of other threads are unaffected.
 """
 from __future__ import annotations
 
@@ -30,45 +44,112 @@ from torchmem.memory import caching_allocator
 from torchmem.plan import Buffer, solve
 
 ALIGNMENT = 64
+PHASES = ("warmup", "recorded", "planned")
 
 
 @dataclass
 class StepReport:
-    """What happened in one planned (or recorded) step."""
+    """What happened in one step run under planned()."""
 
     key: Hashable
-    phase: str                 # "recorded" (this step was recorded and planned) or "planned"
-    hits: int = 0              # allocations served from the slab
-    misses: int = 0            # served by the caching allocator
-    escaped: int = 0           # slab allocations still live when the step ended
+    phase: str                 # one of PHASES
+    hits: int = 0              # allocations served from the region
+    misses: int = 0            # served by the caching allocator (all of them when warming up or recording)
+    escaped: int = 0           # region allocations still live when the step ended
     rerecord: bool = False     # the plan missed too often and will be recorded again
 
 
 @dataclass
 class PlanEntry:
-    slab: "_C.PlannedSlab"
-    plan_height: int
-    lower_bound: int
-    planned_slots: int
-    unplanned_slots: int
+    """One key's plan."""
+
+    device: str
+    plan_id: int
+    plan_height: int           # bytes of region the plan needs
+    lower_bound: int           # the most bytes its planned buffers hold at once
+    planned_slots: int         # allocations served from the region
+    unplanned_slots: int       # allocations that outlived the recorded step (or ran on another stream)
     method: str
     history: list[StepReport] = field(default_factory=list)
 
 
-_plans: dict[Hashable, PlanEntry] = {}
+@dataclass
+class _DeviceState:
+    device: str
+    fallback: Any              # the device's caching allocator
+    slab: "_C.PlannedSlab"
+    push: Callable[[Any], None]
+    pop: Callable[[], None]
+    plans: dict[Hashable, PlanEntry] = field(default_factory=dict)
+    warmed: dict[Hashable, int] = field(default_factory=dict)   # warm-up steps run, by key
+    rerecord: set = field(default_factory=set)                   # keys recorded again without warming up
+    in_step: bool = False
 
 
-def plans() -> dict[Hashable, PlanEntry]:
-    """The plans made so far, by key."""
-    return dict(_plans)
+_states: dict[str, _DeviceState] = {}
 
 
-def forget(key: Hashable | None = None) -> None:
-    """Drop one plan (or all): the key is recorded again at its next step."""
-    if key is None:
-        _plans.clear()
+def _device_name(device: Any) -> str:
+    if device is None:
+        return "cuda" if getattr(_C, "cuda_installed", lambda: False)() else "cpu"
+    name = str(device)
+    if name == "cpu" or name.startswith("cuda"):
+        return name
+    if isinstance(device, int):
+        return f"cuda:{device}"
+    raise ValueError(f"planned(): device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
+
+
+def _state(device: Any) -> _DeviceState:
+    name = _device_name(device)
+    if name == "cpu":
+        fallback = caching_allocator("cpu")
+        if fallback is None or not _C.cpu_installed():
+            raise RuntimeError("torchmem.planned() needs torchmem.install() first")
+        push, pop = _C.push_thread_allocator, _C.pop_thread_allocator
     else:
-        _plans.pop(key, None)
+        import torch
+
+        if not getattr(_C, "cuda_installed", lambda: False)():
+            raise RuntimeError(f"torchmem.planned(device={name!r}) needs torchmem.install() on CUDA first")
+        index = torch.device(name).index
+        index = torch.cuda.current_device() if index is None else index
+        name = f"cuda:{index}"
+        fallback = caching_allocator(name)
+        push = functools.partial(_C.cuda_push_thread_allocator, index)
+        pop = functools.partial(_C.cuda_pop_thread_allocator, index)
+    state = _states.get(name)
+    if state is None or state.fallback is not fallback:  # first use, or install() made a new caching allocator
+        state = _DeviceState(name, fallback, _C.PlannedSlab(fallback), push, pop)
+        _states[name] = state
+    return state
+
+
+def plans(device: Any = None) -> dict[Hashable, PlanEntry]:
+    """The plans made so far on `device` (default as in planned()), by key."""
+    state = _states.get(_device_name(device))
+    return dict(state.plans) if state else {}
+
+
+def slab_stats(device: Any = None) -> dict[str, int]:
+    """The device's planned region: steps, hits, misses, region_bytes, plans, ... ({} before any plan)."""
+    state = _states.get(_device_name(device))
+    return state.slab.stats() if state else {}
+
+
+def forget(key: Hashable | None = None, device: Any = None) -> None:
+    """Drop one plan (or all of a device's): the key warms up and is recorded again.
+    With no plan left, the region goes back to the caching allocator once nothing in it is live."""
+    state = _states.get(_device_name(device))
+    if state is None:
+        return
+    keys = list(state.plans) if key is None else [key]
+    for k in keys:
+        entry = state.plans.pop(k, None)
+        if entry is not None:
+            state.slab.remove_plan(entry.plan_id)
+        state.warmed.pop(k, None)
+        state.rerecord.discard(k)
 
 
 def shape_key(inputs: Any, bucket: int = 64) -> Hashable:
@@ -92,29 +173,42 @@ def shape_key(inputs: Any, bucket: int = 64) -> Hashable:
     return walk(inputs)
 
 
-def _buffers(events: list[dict]) -> tuple[list[Buffer], list[int]]:
-    """Buffers for allocations freed within the step; sizes by allocation index."""
+def _buffers(events: list[dict]) -> tuple[list[Buffer], list[int], list[int]]:
+    """Buffers for the allocations freed within the step on its main stream
+    (the first allocation's); sizes and streams by allocation index."""
     sizes: list[int] = []
+    streams: list[int] = []
     start: dict[int, int] = {}
     buffers = []
     for t, e in enumerate(events):
         if e["op"] == "alloc":
             start[e["id"]] = t
             sizes.append(e["size"])
+            streams.append(e["stream"])
         elif e["id"] in start:
             i = e["id"]
-            buffers.append(Buffer(i, start.pop(i), t, sizes[i]))
-    return buffers, sizes
+            if streams[i] == streams[0]:
+                buffers.append(Buffer(i, start.pop(i), t, sizes[i]))
+    return buffers, sizes, streams
 
 
-def _make_entry(events: list[dict], fallback: Any, method: str, time_limit: float) -> PlanEntry:
-    buffers, sizes = _buffers(events)
+def _add_plan(state: _DeviceState, events: list[dict], method: str, time_limit: float) -> PlanEntry:
+    buffers, sizes, streams = _buffers(events)
     plan = solve(buffers, method=method, time_limit=time_limit, alignment=ALIGNMENT)
     offsets = [_C.PlannedSlab.UNPLANNED] * len(sizes)
     for b, off in zip(plan.buffers, plan.offsets):
         offsets[b.id] = off
-    slab = _C.PlannedSlab(_C.HostDevice(), sizes, offsets, plan.height, fallback)
-    return PlanEntry(slab, plan.height, plan.lower_bound, len(buffers), len(sizes) - len(buffers), plan.method)
+    plan_id = state.slab.add_plan(sizes, offsets, streams, plan.height)
+    return PlanEntry(state.device, plan_id, plan.height, plan.lower_bound, len(buffers), len(sizes) - len(buffers), plan.method)
+
+
+def _release_cache(state: _DeviceState) -> None:
+    if state.device == "cpu":
+        state.fallback.empty_cache()
+    else:
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 @contextlib.contextmanager
@@ -123,54 +217,94 @@ def planned(
     *,
     inputs: Any = None,
     bucket: int = 64,
+    device: Any = None,
+    warmup: int = 1,
     method: str = "auto",
     time_limit: float = 2.0,
     max_miss_ratio: float = 0.25,
+    release_cache: bool = True,
 ) -> Iterator[StepReport]:
     """Run one step with planned allocation (see the module docstring).
 
     Args:
         key: names the plan; default: shape_key(inputs, bucket), or one plan
             for all steps when no inputs are given either.
+        device: "cpu", "cuda", "cuda:N" or a torch.device; default "cuda"
+            when torchmem is installed on CUDA, else "cpu".
+        warmup: steps of a new key run untouched before one is recorded.
         method, time_limit: passed to torchmem.plan.solve.
         max_miss_ratio: above this fraction of missed allocations in a step,
             the plan is dropped and recorded again.
-    Yields a StepReport, filled in when the block ends.
+        release_cache: after recording, give the caching allocator's cache
+            back to the device (empty_cache).
+    Yields a StepReport, filled in when the block ends. A step that raises is
+    neither recorded nor counted against its plan's misses.
     """
     if not 0.0 <= max_miss_ratio <= 1.0:
         raise ValueError(f"max_miss_ratio must be in [0, 1], got {max_miss_ratio}")
-    caching = caching_allocator()
-    if caching is None or not _C.cpu_installed():
-        raise RuntimeError("torchmem.planned() needs torchmem.install() first")
+    if bucket < 1:
+        raise ValueError(f"bucket must be >= 1, got {bucket}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    state = _state(device)
+    if state.in_step:
+        raise RuntimeError(f"planned() blocks do not nest: a planned step is already under way on {state.device}")
     if key is None:
         key = shape_key(inputs, bucket) if inputs is not None else "default"
-    entry = _plans.get(key)
-    if entry is None:
-        report = StepReport(key, "recorded")
-        recorder = _C.RecordingAllocator(caching)
-        _C.push_thread_allocator(recorder)
-        try:
-            yield report
-        finally:
-            _C.pop_thread_allocator()
-        _plans[key] = _make_entry(recorder.events(), caching, method, time_limit)
-        report.misses = sum(1 for e in recorder.events() if e["op"] == "alloc")
-        return
-    report = StepReport(key, "planned")
-    entry.slab.begin_step()
-    _C.push_thread_allocator(entry.slab)
+    state.in_step = True
+    try:
+        entry = state.plans.get(key)
+        if entry is not None:
+            with _planned_step(state, key, entry, max_miss_ratio) as report:
+                yield report
+        elif key not in state.rerecord and state.warmed.get(key, 0) < warmup:
+            state.warmed[key] = state.warmed.get(key, 0) + 1
+            yield StepReport(key, "warmup")
+        else:
+            with _recorded_step(state, key, method, time_limit, release_cache) as report:
+                yield report
+    finally:
+        state.in_step = False
+
+
+@contextlib.contextmanager
+def _recorded_step(state: _DeviceState, key: Hashable, method: str, time_limit: float, release_cache: bool) -> Iterator[StepReport]:
+    report = StepReport(key, "recorded")
+    recorder = _C.RecordingAllocator(state.fallback)
+    state.push(recorder)
     try:
         yield report
     finally:
-        _C.pop_thread_allocator()
-        report.escaped = entry.slab.end_step()
-        stats = entry.slab.stats()
+        state.pop()
+    events = recorder.events()
+    entry = _add_plan(state, events, method, time_limit)
+    state.plans[key] = entry
+    state.rerecord.discard(key)
+    report.misses = sum(1 for e in events if e["op"] == "alloc")
+    entry.history.append(report)
+    if release_cache:
+        _release_cache(state)
+
+
+@contextlib.contextmanager
+def _planned_step(state: _DeviceState, key: Hashable, entry: PlanEntry, max_miss_ratio: float) -> Iterator[StepReport]:
+    report = StepReport(key, "planned")
+    state.slab.begin_step(entry.plan_id)
+    state.push(state.slab)
+    try:
+        yield report
+    finally:
+        state.pop()
+        report.escaped = state.slab.end_step()
+        stats = state.slab.stats()
         report.hits, report.misses = stats["step_hits"], stats["step_misses"]
-        total = report.hits + report.misses
-        if total and report.misses / total > max_miss_ratio:
-            report.rerecord = True
-            del _plans[key]
         entry.history.append(report)
+    total = report.hits + report.misses  # reached only when the step did not raise
+    if total and report.misses / total > max_miss_ratio:
+        report.rerecord = True
+        state.plans.pop(key)
+        state.slab.remove_plan(entry.plan_id)
+        state.rerecord.add(key)
 
 
 def planned_step(key_fn: Callable[..., Hashable] | None = None, *, bucket: int = 64, **options: Any) -> Callable:

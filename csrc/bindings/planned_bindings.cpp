@@ -19,19 +19,36 @@ void bind_planned(py::module_& m) {
           py::dict d;
           d["op"] = e.is_alloc ? "alloc" : "free";
           d["id"] = e.index;
-          if (e.is_alloc) d["size"] = e.size;
+          if (e.is_alloc) {
+            d["size"] = e.size;
+            d["stream"] = e.stream;
+          }
           out.append(d);
         }
         return out;
       });
 
   py::class_<PlannedSlab, Allocator, std::shared_ptr<PlannedSlab>>(m, "PlannedSlab")
-      .def(py::init<std::shared_ptr<Device>, std::vector<size_t>, std::vector<uint64_t>, size_t, std::shared_ptr<Allocator>>(),
-           py::arg("device"), py::arg("sizes"), py::arg("offsets"), py::arg("height"), py::arg("fallback"))
+      .def(py::init<std::shared_ptr<Allocator>>(), py::arg("fallback"))
       .def_property_readonly_static("UNPLANNED", [](py::object) { return PlannedSlab::kUnplanned; })
-      .def("begin_step", &PlannedSlab::begin_step)
+      .def(
+          "add_plan",
+          [](PlannedSlab& s, const std::vector<size_t>& sizes, const std::vector<uint64_t>& offsets,
+             const std::vector<Stream>& streams, size_t height) {
+            if (sizes.size() != offsets.size() || sizes.size() != streams.size()) {
+              throw py::value_error("add_plan: sizes, offsets and streams differ in length");
+            }
+            std::vector<PlannedSlot> slots(sizes.size());
+            for (size_t i = 0; i < sizes.size(); ++i) slots[i] = {sizes[i], offsets[i], streams[i]};
+            return s.add_plan(std::move(slots), height);
+          },
+          py::arg("sizes"), py::arg("offsets"), py::arg("streams"), py::arg("height"))
+      .def("remove_plan", &PlannedSlab::remove_plan, py::arg("plan"))
+      .def("begin_step", &PlannedSlab::begin_step, py::arg("plan"))
       .def("end_step", &PlannedSlab::end_step)
-      .def("allocate", [](PlannedSlab& s, size_t n) { return reinterpret_cast<uintptr_t>(s.allocate(n)); }, py::arg("size"))
+      .def(
+          "allocate", [](PlannedSlab& s, size_t n, Stream stream) { return reinterpret_cast<uintptr_t>(s.allocate(n, stream)); },
+          py::arg("size"), py::arg("stream") = 0)
       .def("deallocate", [](PlannedSlab& s, uintptr_t p) { s.deallocate(reinterpret_cast<void*>(p)); }, py::arg("ptr"))
       .def("stats", [](const PlannedSlab& s) {
         const PlannedSlabStats st = s.stats();
@@ -41,7 +58,9 @@ void bind_planned(py::module_& m) {
         d["misses"] = st.misses;
         d["step_hits"] = st.step_hits;
         d["step_misses"] = st.step_misses;
-        d["slab_bytes"] = st.slab_bytes;
+        d["grow_failures"] = st.grow_failures;
+        d["region_bytes"] = st.region_bytes;
+        d["plans"] = st.plans;
         d["live_in_slab"] = st.live_in_slab;
         return d;
       });

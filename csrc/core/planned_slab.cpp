@@ -7,36 +7,44 @@
 
 namespace torchmem {
 
-PlannedSlab::PlannedSlab(std::shared_ptr<Device> device, std::vector<size_t> sizes, std::vector<uint64_t> offsets,
-                         size_t height, std::shared_ptr<Allocator> fallback)
-    : device_(std::move(device)), fallback_(std::move(fallback)), sizes_(std::move(sizes)), offsets_(std::move(offsets)),
-      height_(height) {
-  if (!device_ || !fallback_) throw std::invalid_argument("planned slab: a device and a fallback allocator are required");
-  if (sizes_.size() != offsets_.size()) throw std::invalid_argument("planned slab: sizes and offsets differ in length");
-  for (size_t i = 0; i < sizes_.size(); ++i) {
-    if (offsets_[i] != kUnplanned && (offsets_[i] % 64 != 0 || offsets_[i] + sizes_[i] > height_)) {
-      throw std::invalid_argument("planned slab: slot " + std::to_string(i) + " is misaligned or outside the slab");
-    }
-  }
-  if (height_ > 0) {
-    base_ = device_->allocate(height_);
-    if (base_ == 0) {
-      OomInfo info;
-      info.requested = height_;
-      info.device_total = device_->total_bytes();
-      info.device_free = device_->free_bytes();
-      throw OutOfMemory("planned slab: the device cannot provide " + format_size(height_), info);
-    }
-  }
-  stats_.slab_bytes = height_;
+PlannedSlab::PlannedSlab(std::shared_ptr<Allocator> fallback) : fallback_(std::move(fallback)) {
+  if (!fallback_) throw std::invalid_argument("planned slab: a fallback allocator is required");
 }
 
 PlannedSlab::~PlannedSlab() {
-  if (base_) device_->free(base_, height_);
+  if (base_) fallback_->deallocate(reinterpret_cast<void*>(base_));
 }
 
-void PlannedSlab::begin_step() {
+PlannedSlab::PlanId PlannedSlab::add_plan(std::vector<PlannedSlot> slots, size_t height) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const PlannedSlot& s = slots[i];
+    if (s.offset != kUnplanned && (s.offset % 64 != 0 || s.offset > height || s.size > height - s.offset)) {
+      throw std::invalid_argument("planned slab: slot " + std::to_string(i) + " is misaligned or outside the plan's height");
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
+  const PlanId id = next_plan_++;
+  plans_.emplace(id, Plan{std::move(slots), height});
+  try_grow_locked(height);
+  return id;
+}
+
+void PlannedSlab::remove_plan(PlanId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!plans_.count(id)) throw std::invalid_argument("planned slab: no plan " + std::to_string(id));
+  if (step_open_ && current_id_ == id) throw std::invalid_argument("planned slab: its step is under way");
+  plans_.erase(id);
+  if (plans_.empty() && live_ranges_.empty()) release_region_locked();
+}
+
+void PlannedSlab::begin_step(PlanId id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = plans_.find(id);
+  if (it == plans_.end()) throw std::invalid_argument("planned slab: no plan " + std::to_string(id));
+  if (step_open_) throw std::logic_error("planned slab: a step is under way");
+  step_open_ = true;
+  current_id_ = id;
+  current_ = try_grow_locked(it->second.height) ? &it->second : nullptr;
   cursor_ = 0;
   stats_.step_hits = stats_.step_misses = 0;
   ++stats_.steps;
@@ -44,7 +52,29 @@ void PlannedSlab::begin_step() {
 
 size_t PlannedSlab::end_step() {
   std::lock_guard<std::mutex> lock(mutex_);
+  step_open_ = false;
+  current_ = nullptr;
   return live_ranges_.size();
+}
+
+bool PlannedSlab::try_grow_locked(size_t height) {
+  if (height <= region_bytes_) return true;
+  if (!live_ranges_.empty()) return false;
+  release_region_locked();
+  try {
+    base_ = reinterpret_cast<uintptr_t>(fallback_->allocate(height));
+  } catch (const OutOfMemory&) {
+    ++stats_.grow_failures;
+    return false;
+  }
+  region_bytes_ = height;
+  return true;
+}
+
+void PlannedSlab::release_region_locked() {
+  if (base_) fallback_->deallocate(reinterpret_cast<void*>(base_));
+  base_ = 0;
+  region_bytes_ = 0;
 }
 
 bool PlannedSlab::overlaps_live(uintptr_t begin, uintptr_t end) const {
@@ -57,18 +87,25 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const size_t slot = cursor_++;
-    if (slot < sizes_.size() && sizes_[slot] == size && offsets_[slot] != kUnplanned) {
-      const uintptr_t begin = base_ + offsets_[slot];
-      if (!overlaps_live(begin, begin + size)) {
-        live_ranges_.emplace(begin, begin + size);
-        ++stats_.hits;
-        ++stats_.step_hits;
-        return reinterpret_cast<void*>(begin);
+    if (current_) {
+      const size_t slot = cursor_++;
+      if (slot < current_->slots.size()) {
+        const PlannedSlot& s = current_->slots[slot];
+        if (s.size == size && s.stream == stream && s.offset != kUnplanned) {
+          const uintptr_t begin = base_ + s.offset;
+          if (!overlaps_live(begin, begin + size)) {
+            live_ranges_.emplace(begin, begin + size);
+            ++stats_.hits;
+            ++stats_.step_hits;
+            return reinterpret_cast<void*>(begin);
+          }
+        }
       }
     }
-    ++stats_.misses;
-    ++stats_.step_misses;
+    if (step_open_) {
+      ++stats_.misses;
+      ++stats_.step_misses;
+    }
   }
   void* ptr = fallback_->allocate(size, stream);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -84,6 +121,7 @@ void PlannedSlab::deallocate(void* ptr) {
     auto it = live_ranges_.find(addr);
     if (it != live_ranges_.end()) {
       live_ranges_.erase(it);
+      if (plans_.empty() && live_ranges_.empty()) release_region_locked();
       return;
     }
     if (fallback_live_.erase(ptr) == 0) {
@@ -106,6 +144,8 @@ bool PlannedSlab::has_live_allocations() const {
 PlannedSlabStats PlannedSlab::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   PlannedSlabStats s = stats_;
+  s.region_bytes = region_bytes_;
+  s.plans = plans_.size();
   s.live_in_slab = live_ranges_.size();
   return s;
 }

@@ -1,19 +1,33 @@
-// PlannedSlab: serves a repeating allocation sequence from one slab at
+// PlannedSlab: serves repeating allocation sequences from one region at
 // offsets planned ahead (torchmem.plan), with no search on the hot path.
 //
-// A plan is a list of slots in allocation order: slot i has the size the
-// i-th allocation of the recorded step asked for, and an offset in the slab
-// (or kUnplanned: that allocation outlived the step, so it always goes to
-// the fallback). Each step: begin_step(), then the i-th allocate() is a hit
-// when its size equals slot i's and the slot's bytes are free; anything else
-// (another size, an allocation beyond the plan, bytes still held by a live
-// allocation because frees came in another order, or by a tensor that
+// A plan is a list of slots in allocation order: slot i has the size and
+// stream the i-th allocation of a recorded step asked for, and an offset in
+// the region (or kUnplanned: that allocation outlived the step or ran on
+// another stream, so it always goes to the fallback). A slab holds any
+// number of plans (one per shape bucket, say); only one step runs at a time,
+// so they all share one region, as tall as the tallest plan.
+//
+// Each step: begin_step(plan), then the i-th allocate() is a hit when its
+// size and stream equal slot i's and the slot's bytes are free; anything
+// else (another size, an allocation beyond the plan, bytes still held by a
+// live allocation because frees came in another order, or by a tensor that
 // escaped an earlier step) is a miss served by the fallback allocator.
 // Misses never corrupt: a slot is used only when no live slab allocation
-// overlaps it, checked in an ordered map of live ranges.
+// overlaps it, checked in an ordered map of live ranges. Outside a step,
+// every allocation goes to the fallback.
 //
-// Thread safety: one internal mutex. The fallback must outlive the slab.
-// The slab's memory comes from `device` and returns to it in the destructor.
+// The region is one allocation of the fallback allocator, so the fallback's
+// statistics (reserved, allocated, peaks) include it. It grows to a plan's
+// height when that plan is added or its step begins, provided no slab
+// allocation is live then; until it can grow (live allocations, or the
+// fallback is out of memory) that plan's steps are served by the fallback.
+// It goes back to the fallback when the last plan is removed and nothing in
+// it is live, and in the destructor.
+//
+// Thread safety: one internal mutex, held while growing the region (a call
+// into the fallback). The fallback must outlive the slab, and must not call
+// back into it.
 #pragma once
 
 #include <cstdint>
@@ -32,27 +46,41 @@ namespace torchmem {
 
 struct PlannedSlabStats {
   uint64_t steps = 0;
-  uint64_t hits = 0;            // allocations served from the slab
-  uint64_t misses = 0;          // served by the fallback
+  uint64_t hits = 0;            // allocations served from the region
+  uint64_t misses = 0;          // served by the fallback during steps
   uint64_t step_hits = 0;       // in the current (or last) step
   uint64_t step_misses = 0;
-  size_t slab_bytes = 0;
-  size_t live_in_slab = 0;      // slab allocations not yet freed
+  uint64_t grow_failures = 0;   // the fallback could not provide a taller region
+  size_t region_bytes = 0;      // the region's size now
+  size_t plans = 0;
+  size_t live_in_slab = 0;      // region allocations not yet freed
+};
+
+struct PlannedSlot {
+  size_t size;
+  uint64_t offset;              // in the region, a multiple of 64; or kUnplanned
+  Stream stream;
 };
 
 class PlannedSlab final : public Allocator {
  public:
   static constexpr uint64_t kUnplanned = std::numeric_limits<uint64_t>::max();
+  using PlanId = uint64_t;
 
-  // sizes[i], offsets[i]: slot i. Every planned slot must fit in height.
-  // Throws std::invalid_argument for inconsistent slots, OutOfMemory when
-  // the device cannot provide the slab.
-  PlannedSlab(std::shared_ptr<Device> device, std::vector<size_t> sizes, std::vector<uint64_t> offsets, size_t height,
-              std::shared_ptr<Allocator> fallback);
+  explicit PlannedSlab(std::shared_ptr<Allocator> fallback);
   ~PlannedSlab() override;
 
-  void begin_step();
-  // Ends the step; returns how many slab allocations are still live (they
+  // Adds a plan; every planned slot must fit in `height` (else
+  // std::invalid_argument). Tries to grow the region to `height` now.
+  PlanId add_plan(std::vector<PlannedSlot> slots, size_t height);
+  // Removes a plan (std::invalid_argument for an unknown id, or the plan of
+  // a step under way). Live allocations keep their bytes until freed.
+  void remove_plan(PlanId id);
+
+  // Starts a step served by plan `id` (std::invalid_argument for an unknown
+  // id, std::logic_error when a step is under way).
+  void begin_step(PlanId id);
+  // Ends the step; returns how many region allocations are still live (they
   // escaped the step; their bytes stay reserved until they are freed).
   size_t end_step();
 
@@ -63,17 +91,26 @@ class PlannedSlab final : public Allocator {
   PlannedSlabStats stats() const;
 
  private:
-  bool overlaps_live(uintptr_t begin, uintptr_t end) const;
+  struct Plan {
+    std::vector<PlannedSlot> slots;
+    size_t height;
+  };
 
-  std::shared_ptr<Device> device_;
+  bool overlaps_live(uintptr_t begin, uintptr_t end) const;
+  bool try_grow_locked(size_t height);
+  void release_region_locked();
+
   std::shared_ptr<Allocator> fallback_;
-  std::vector<size_t> sizes_;
-  std::vector<uint64_t> offsets_;
-  size_t height_;
-  uintptr_t base_ = 0;
   mutable std::mutex mutex_;
+  std::unordered_map<PlanId, Plan> plans_;
+  PlanId next_plan_ = 0;
+  const Plan* current_ = nullptr;                       // the step's plan, null outside a step
+  bool step_open_ = false;
+  PlanId current_id_ = 0;
   size_t cursor_ = 0;
-  std::map<uintptr_t, uintptr_t> live_ranges_;          // slab allocations: begin -> end
+  uintptr_t base_ = 0;
+  size_t region_bytes_ = 0;
+  std::map<uintptr_t, uintptr_t> live_ranges_;          // region allocations: begin -> end
   std::unordered_set<const void*> fallback_live_;
   PlannedSlabStats stats_;
 };

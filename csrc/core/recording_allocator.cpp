@@ -9,7 +9,7 @@ void* RecordingAllocator::allocate(size_t size, Stream stream) {
   if (ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     live_.emplace(ptr, allocations_);
-    events_.push_back({true, allocations_++, size});
+    events_.push_back({true, allocations_++, size, stream});
   }
   return ptr;
 }
@@ -20,7 +20,7 @@ void RecordingAllocator::deallocate(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it != live_.end()) {
-      events_.push_back({false, it->second, 0});
+      events_.push_back({false, it->second, 0, 0});
       live_.erase(it);
     }
   }

@@ -18,6 +18,7 @@ struct RecordedEvent {
   bool is_alloc;
   uint64_t index;  // which allocation (0, 1, ... in allocation order)
   size_t size;     // requested bytes (allocs only)
+  Stream stream;   // the allocation's stream (allocs only)
 };
 
 class RecordingAllocator final : public Allocator {
