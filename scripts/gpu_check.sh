@@ -160,11 +160,12 @@ fi
 
 # --- tests ---------------------------------------------------------------------
 # With pytest if it is installed; otherwise with the small runner in tests/cuda.
+# About 15 interpreters, each swapping the allocator (install, planned steps).
 if "$PY" -c "import pytest" 2>/dev/null; then
-  stage tests 170 "$PY" -m pytest -q -rs tests/cuda --junitxml="$OUT/tests.xml" -p no:cacheprovider
+  stage tests 200 "$PY" -m pytest -q -rs tests/cuda --junitxml="$OUT/tests.xml" -p no:cacheprovider
 else
   say "tests: no pytest here, using tests/cuda/run_without_pytest.py"
-  stage tests 170 "$PY" tests/cuda/run_without_pytest.py --junitxml "$OUT/tests.xml"
+  stage tests 200 "$PY" tests/cuda/run_without_pytest.py --junitxml "$OUT/tests.xml"
 fi
 grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 | tee -a "$SUMMARY"
 

@@ -29,6 +29,12 @@ void bind_cuda(py::module_& m) {
   m.def(
       "cuda_pool_count", [](int device) { return CudaAllocator::instance()->pool_count(device); },
       py::arg("device"), "Private pools (CUDA graphs, torch.cuda.MemPool) alive on a device.");
+  m.def("cuda_push_thread_allocator", &CudaAllocator::push_thread_allocator, py::arg("device"), py::arg("allocator"),
+        "Route this thread's allocations on a CUDA device to `allocator` (a torchmem Allocator: PlannedSlab, "
+        "RecordingAllocator, ...) until cuda_pop_thread_allocator(device). A CUDA graph capture or "
+        "torch.cuda.use_mem_pool still takes its stream's allocations.");
+  m.def("cuda_pop_thread_allocator", &CudaAllocator::pop_thread_allocator, py::arg("device"),
+        "Undo this thread's innermost cuda_push_thread_allocator for `device` (RuntimeError without one).");
 }
 
 }  // namespace torchmem::bindings

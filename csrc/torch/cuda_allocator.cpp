@@ -25,6 +25,16 @@ void* to_cuda_stream(Stream stream) { return reinterpret_cast<void*>(static_cast
 // where calling into Python could deadlock).
 thread_local std::shared_ptr<c10::GatheredContext> t_context;
 
+// This thread's pushed allocators, innermost last, with their devices.
+thread_local std::vector<std::pair<int, std::shared_ptr<torchmem::Allocator>>> t_thread_allocators;
+
+std::shared_ptr<torchmem::Allocator> thread_allocator(int device) {
+  for (auto it = t_thread_allocators.rbegin(); it != t_thread_allocators.rend(); ++it) {
+    if (it->first == device) return it->second;
+  }
+  return nullptr;
+}
+
 // c10's Stat moved between namespaces across releases: take whatever type it is.
 template <typename C10Stat>
 void add_stat(C10Stat& dst, const Stat& src) {
@@ -170,6 +180,41 @@ size_t CudaAllocator::pool_count(int device) {
   return s->pools.size() + s->retired.size();
 }
 
+void CudaAllocator::push_thread_allocator(int device, std::shared_ptr<torchmem::Allocator> allocator) {
+  if (!allocator) throw std::invalid_argument("torchmem: cuda_push_thread_allocator needs an allocator");
+  if (!installed()) {
+    throw std::runtime_error(
+        "torchmem is not PyTorch's CUDA allocator, so CUDA allocations cannot be routed: call torchmem.install() first");
+  }
+  DeviceState& s = instance()->state(device);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (std::find(s.routed.begin(), s.routed.end(), allocator) == s.routed.end()) s.routed.push_back(allocator);
+  }
+  t_thread_allocators.emplace_back(device, std::move(allocator));
+}
+
+void CudaAllocator::pop_thread_allocator(int device) {
+  auto it = std::find_if(t_thread_allocators.rbegin(), t_thread_allocators.rend(),
+                         [device](const auto& entry) { return entry.first == device; });
+  if (it == t_thread_allocators.rend()) {
+    throw std::logic_error("torchmem: cuda_pop_thread_allocator(" + std::to_string(device) +
+                           ") without a matching push on this thread");
+  }
+  t_thread_allocators.erase(std::next(it).base());
+  DeviceState* s = instance()->existing_state(device);
+  if (!s) return;
+  std::lock_guard<std::mutex> lock(s->mutex);
+  drop_unused_routed_locked(*s);
+}
+
+void CudaAllocator::drop_unused_routed_locked(DeviceState& s) {
+  auto unused = [](const std::shared_ptr<torchmem::Allocator>& a) {
+    return a.use_count() == 1 && !a->has_live_allocations();
+  };
+  s.routed.erase(std::remove_if(s.routed.begin(), s.routed.end(), unused), s.routed.end());
+}
+
 // ---------------------------------------------------------------- hooks
 
 void CudaAllocator::init_hook(int) {}
@@ -188,19 +233,20 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
     if (recorder) context = recorder();  // may take the GIL: no lock of ours is held
   }
 
-  std::shared_ptr<CachingAllocator> target = s.main;
-  bool is_pool = false;
+  std::shared_ptr<CachingAllocator> pool;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     if (!s.deferred.empty()) process_deferred_locked(s, /*wait=*/false);
     for (auto it = s.routes.rbegin(); it != s.routes.rend(); ++it) {
       if (it->filter(stream)) {
-        target = s.pools.at(it->id).allocator;
-        is_pool = true;
+        pool = s.pools.at(it->id).allocator;
         break;
       }
     }
   }
+  std::shared_ptr<torchmem::Allocator> target = pool;
+  if (!target && !t_thread_allocators.empty()) target = thread_allocator(device);
+  if (!target) target = s.main;
 
   void* ptr = nullptr;
   t_context = context;
@@ -239,10 +285,10 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
   }
   t_context.reset();
 
-  if (is_pool || context) {
-    if (is_pool) {
+  if (pool || context) {
+    if (pool) {
       std::lock_guard<std::mutex> lock(s.mutex);
-      s.pool_blocks[ptr] = target.get();
+      s.pool_blocks[ptr] = pool.get();
     }
     if (context) {
       std::lock_guard<std::mutex> lock(history_mutex_);
@@ -262,7 +308,7 @@ void CudaAllocator::free_hook(void* ptr, size_t, int device, cudaStream_t stream
   // Called from deleters, which must not throw.
   try {
     std::lock_guard<std::mutex> lock(s->mutex);
-    CachingAllocator* owner = owner_locked(*s, ptr);
+    Owner owner = owner_locked(*s, ptr);
     auto uses = s->stream_uses.find(ptr);
     if (uses != s->stream_uses.end()) {
       std::vector<Stream> streams = std::move(uses->second);
@@ -280,28 +326,44 @@ void CudaAllocator::free_hook(void* ptr, size_t, int device, cudaStream_t stream
   }
 }
 
-CachingAllocator* CudaAllocator::owner_locked(DeviceState& s, void* ptr) {
+CudaAllocator::Owner CudaAllocator::owner_locked(DeviceState& s, void* ptr) {
   if (!s.pool_blocks.empty()) {
     auto it = s.pool_blocks.find(ptr);
-    if (it != s.pool_blocks.end()) return it->second;
+    if (it != s.pool_blocks.end()) return Owner{it->second, nullptr};
   }
-  return s.main.get();
+  // Newest first: an allocator that wraps another routed one is made, and
+  // pushed, after it, and must see its frees.
+  for (auto it = s.routed.rbegin(); it != s.routed.rend(); ++it) {
+    if ((*it)->owns(ptr)) return Owner{nullptr, it->get()};
+  }
+  return Owner{s.main.get(), nullptr};
 }
 
-void CudaAllocator::deallocate_locked(DeviceState& s, void* ptr, CachingAllocator* owner) {
+void CudaAllocator::deallocate_locked(DeviceState& s, void* ptr, Owner owner) {
   if (history_enabled_) {
     std::lock_guard<std::mutex> lock(history_mutex_);
     block_contexts_.erase(ptr);
   }
-  if (!owner->try_deallocate(ptr)) {
+  if (owner.routed) {
+    try {
+      owner.routed->deallocate(ptr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "torchmem: ignoring free of %p on %s: %s\n", ptr, s.device.name().c_str(), e.what());
+      return;
+    }
+    if (!owner.routed->has_live_allocations()) drop_unused_routed_locked(s);
+    return;
+  }
+  CachingAllocator* caching = owner.caching;
+  if (!caching->try_deallocate(ptr)) {
     std::fprintf(stderr, "torchmem: ignoring free of %p, which torchmem did not allocate on %s\n", ptr,
                  s.device.name().c_str());
     return;
   }
-  if (owner == s.main.get()) return;
+  if (caching == s.main.get()) return;
   s.pool_blocks.erase(ptr);
   for (auto it = s.retired.begin(); it != s.retired.end(); ++it) {
-    if (it->second.get() == owner && !owner->has_live_allocations()) {
+    if (it->second.get() == caching && !caching->has_live_allocations()) {
       s.retired.erase(it);  // the pool's last block: it gives back its segments
       break;
     }
@@ -370,8 +432,7 @@ void CudaAllocator::record_stream_hook(void* ptr, cudaStream_t stream) {
     DeviceState* s = existing_state(d);
     if (!s) continue;
     std::lock_guard<std::mutex> lock(s->mutex);
-    CachingAllocator* owner = owner_locked(*s, ptr);
-    if (!owner->owns(ptr)) continue;
+    if (!owner_locked(*s, ptr).allocator().owns(ptr)) continue;
     auto& uses = s->stream_uses[ptr];
     if (std::find(uses.begin(), uses.end(), to_stream(stream)) == uses.end()) uses.push_back(to_stream(stream));
     return;

@@ -24,14 +24,25 @@
 //   releasePool drops a use and, at zero, empties the pool's cache and
 //   forgets it once its last block is freed. Device statistics add up the
 //   main allocator and the pools (peaks are summed, an upper bound).
+// - Thread allocators (torchmem.planned()): a thread may route its
+//   allocations on a device to another torchmem Allocator (a planned slab, a
+//   recorder) with push_thread_allocator(); a private pool route that takes
+//   the stream comes first. Frees ask the device's routed allocators
+//   owns(ptr) before its caching allocator, on any thread, with the same
+//   stream handling; a routed allocator stays registered until it is popped
+//   everywhere, held by nobody else and has no live allocation. Device
+//   statistics and snapshots see what routed allocators take from the
+//   caching allocator (a planned slab's region is one block of it).
 //
 // Installation: one swap per process, before CUDA initialises (PyTorch's
 // rule); install() throws std::runtime_error with what to do otherwise.
 // The allocator object lives for the whole process.
 //
 // Thread safety: the caching allocators lock themselves; per-device glue
-// state (pools, routes, deferred frees) is under the device's mutex, which is
-// never held while calling into Python (stack contexts are gathered first).
+// state (pools, routes, routed allocators, deferred frees) is under the
+// device's mutex, which is never held while calling into Python (stack
+// contexts are gathered first). Lock order: the device's mutex, then an
+// allocator's own lock (a routed allocator's, then its fallback's).
 #pragma once
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -49,6 +60,7 @@
 #include <vector>
 
 #include "core/alloc_config.h"
+#include "core/allocator.h"
 #include "core/caching_allocator.h"
 #include "cuda/cuda_device.h"
 
@@ -82,6 +94,20 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   size_t pending_frees(int device);
   size_t pool_count(int device);
 
+  // Until the matching pop, the calling thread's allocations on `device` go
+  // to `allocator` (the innermost one pushed for that device, with the
+  // allocation's stream), unless a private pool route takes the stream. The
+  // allocator is called without the device's mutex when allocating and under
+  // it when freeing (and may be destroyed there, once unused): it may use the
+  // device's caching allocator as its fallback but must not call back into
+  // this class. Out of memory from it is reported as from the caching
+  // allocator (observers, torch.cuda.OutOfMemoryError).
+  // push: std::invalid_argument for a null allocator, std::runtime_error when
+  // torchmem is not PyTorch's CUDA allocator. pop: std::logic_error when this
+  // thread has nothing pushed for `device`.
+  static void push_thread_allocator(int device, std::shared_ptr<torchmem::Allocator> allocator);
+  static void pop_thread_allocator(int device);
+
   // Overrides: PyTorch's statistics, snapshot and history APIs.
   c10cca::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
   void resetPeakStats(c10::DeviceIndex device) override;
@@ -114,9 +140,16 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
     c10::cuda::MempoolId_t id;
     std::function<bool(cudaStream_t)> filter;
   };
+  // Who frees a pointer: a caching allocator (the main one or a pool's), or
+  // a routed thread allocator. Exactly one is set.
+  struct Owner {
+    CachingAllocator* caching = nullptr;
+    torchmem::Allocator* routed = nullptr;
+    torchmem::Allocator& allocator() const { return routed ? *routed : *caching; }
+  };
   struct DeferredFree {
     void* ptr;
-    CachingAllocator* owner;
+    Owner owner;
     std::vector<Stream> streams;   // streams still to wait for
     std::vector<EventId> events;   // recorded on them (empty until recorded)
   };
@@ -129,6 +162,9 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
     // Released pools whose blocks are not all freed yet.
     std::vector<std::pair<c10::cuda::MempoolId_t, std::shared_ptr<CachingAllocator>>> retired;
     std::unordered_map<void*, CachingAllocator*> pool_blocks; // live blocks of pools
+    // Thread allocators pushed for this device, oldest first; kept while
+    // pushed, held elsewhere or owning live allocations.
+    std::vector<std::shared_ptr<torchmem::Allocator>> routed;
     std::vector<Route> routes;                                // innermost last
     std::unordered_map<void*, std::vector<Stream>> stream_uses;
     std::deque<DeferredFree> deferred;
@@ -152,8 +188,12 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   DeviceState* existing_state(int device);
   CachingAllocator& target_for(DeviceState& s, cudaStream_t stream, bool* is_pool);
   std::shared_ptr<CachingAllocator> make_allocator(DeviceState& s);
-  void deallocate_locked(DeviceState& s, void* ptr, CachingAllocator* owner);
-  CachingAllocator* owner_locked(DeviceState& s, void* ptr);
+  // Never throws for a routed owner's refusal (printed instead).
+  void deallocate_locked(DeviceState& s, void* ptr, Owner owner);
+  // A pool's block, else the newest routed allocator that owns ptr, else main.
+  Owner owner_locked(DeviceState& s, void* ptr);
+  // Forgets routed allocators nobody else holds and with nothing live.
+  static void drop_unused_routed_locked(DeviceState& s);
   // Deferred frees: record events once no capture is under way, free blocks
   // whose events completed (all of them, waiting, when `wait`).
   void process_deferred_locked(DeviceState& s, bool wait);

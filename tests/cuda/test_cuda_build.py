@@ -33,8 +33,27 @@ def test_cpu_build_has_no_cuda_part():
 def test_cuda_build_has_the_cuda_part():
     if not tmcuda.cuda_glue_built():
         pytest.skip("built without CUDA_HOME: the CUDA part was skipped")
-    for name in ("cuda_install", "cuda_installed", "cuda_caching_allocator", "cuda_pending_frees", "cuda_pool_count"):
+    for name in ("cuda_install", "cuda_installed", "cuda_caching_allocator", "cuda_pending_frees", "cuda_pool_count",
+                 "cuda_push_thread_allocator", "cuda_pop_thread_allocator"):
         assert hasattr(_C, name), name
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
+def test_thread_allocator_push_and_pop_refuse_misuse_without_touching_cuda():
+    """Runs without a GPU: a pop with nothing pushed, and a push while torchmem is
+    not PyTorch's CUDA allocator, raise before anything touches CUDA."""
+    if not tmcuda.cuda_glue_built():
+        pytest.skip("built without CUDA_HOME: the CUDA part was skipped")
+    was_initialised = torch.cuda.is_initialized()
+    with pytest.raises(RuntimeError, match="without a matching push"):
+        _C.cuda_pop_thread_allocator(0)
+    if not tmcuda.installed():
+        slab = _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice()))
+        with pytest.raises(RuntimeError, match="torchmem.install"):
+            _C.cuda_push_thread_allocator(0, slab)
+        with pytest.raises(RuntimeError, match="without a matching push"):
+            _C.cuda_pop_thread_allocator(0)  # the refused push left nothing to pop
+    assert torch.cuda.is_initialized() == was_initialised
 
 
 def test_install_cuda_rejects_unknown_kind_and_bad_conf():
