@@ -170,3 +170,39 @@ def test_misuse_is_refused_with_clear_errors():
         slab.deallocate(12345 * 64)
     with pytest.raises(ValueError, match="fallback"):
         _C.PlannedSlab(None)
+
+
+def test_region_lives_on_the_plans_main_stream_and_moves_with_it():
+    slab, fallback = slab_on()
+    on7 = slab.add_plan([MiB, 4096], [0, MiB], [7, 0], 2 * MiB)
+    assert [s["stream"] for s in fallback.segments() if s["blocks"][0]["allocated"]] == [7]
+    slab.begin_step(on7)
+    a = slab.allocate(MiB, 7)
+    b = slab.allocate(4096, 0)   # planned on another stream than the region's: a miss
+    assert (slab.stats()["step_hits"], slab.stats()["step_misses"]) == (1, 1)
+    slab.deallocate(a)
+    slab.deallocate(b)
+    slab.end_step()
+    on3 = slab.add_plan([MiB], [0], [3], MiB)   # nothing live: the region moves to stream 3
+    live = [s["stream"] for s in fallback.segments() for blk in s["blocks"] if blk["allocated"]]
+    assert live == [3]
+    slab.begin_step(on3)
+    p = slab.allocate(MiB, 3)
+    assert slab.stats()["step_hits"] == 1
+    slab.deallocate(p)
+    slab.end_step()
+
+
+def test_a_slab_outlives_its_python_fallback_safely():
+    import gc
+
+    fallback = sim_allocator()
+    slab = _C.PlannedSlab(fallback)
+    slab.add_plan([MiB], [0], [0], MiB)
+    del fallback
+    gc.collect()
+    slab.begin_step(0)
+    slab.deallocate(slab.allocate(MiB))
+    slab.end_step()
+    del slab   # returns the region to a fallback whose device is still alive
+    gc.collect()

@@ -27,16 +27,19 @@ from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_hist
 from torchmem.arena import Arena, ArenaEscapeError, arena
 from torchmem.paged import OutOfBlocksError, PagedKVCache
 from torchmem.planned import planned, planned_step
+from torchmem.compact import CompactReport, compact
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Arena",
     "ArenaEscapeError",
+    "CompactReport",
     "OutOfBlocksError",
     "PagedKVCache",
     "arena",
     "caching_allocator",
+    "compact",
     "dump_snapshot",
     "empty_cache",
     "install",

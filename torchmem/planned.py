@@ -89,32 +89,41 @@ class _DeviceState:
 _states: dict[str, _DeviceState] = {}
 
 
-def _device_name(device: Any) -> str:
+def device_name(device: Any = None) -> str:
+    """The device planned() uses for `device`: "cpu" or "cuda:N" (None: "cuda:<current>"
+    when torchmem is installed on CUDA, else "cpu")."""
     if device is None:
-        return "cuda" if getattr(_C, "cuda_installed", lambda: False)() else "cpu"
+        device = "cuda" if getattr(_C, "cuda_installed", lambda: False)() else "cpu"
+    if isinstance(device, int) and not isinstance(device, bool):
+        device = f"cuda:{device}"
     name = str(device)
-    if name == "cpu" or name.startswith("cuda"):
+    if name == "cpu":
         return name
-    if isinstance(device, int):
-        return f"cuda:{device}"
-    raise ValueError(f"planned(): device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
+    if not name.startswith("cuda"):
+        raise ValueError(f"planned(): device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
+    import torch
+
+    index = torch.device(name).index
+    return f"cuda:{torch.cuda.current_device() if index is None else index}"
+
+
+def in_planned_step(device: Any = None) -> bool:
+    """Whether a planned() block is under way on `device`."""
+    state = _states.get(device_name(device))
+    return bool(state and state.in_step)
 
 
 def _state(device: Any) -> _DeviceState:
-    name = _device_name(device)
+    name = device_name(device)
     if name == "cpu":
         fallback = caching_allocator("cpu")
         if fallback is None or not _C.cpu_installed():
             raise RuntimeError("torchmem.planned() needs torchmem.install() first")
         push, pop = _C.push_thread_allocator, _C.pop_thread_allocator
     else:
-        import torch
-
         if not getattr(_C, "cuda_installed", lambda: False)():
             raise RuntimeError(f"torchmem.planned(device={name!r}) needs torchmem.install() on CUDA first")
-        index = torch.device(name).index
-        index = torch.cuda.current_device() if index is None else index
-        name = f"cuda:{index}"
+        index = int(name.split(":")[1])
         fallback = caching_allocator(name)
         push = functools.partial(_C.cuda_push_thread_allocator, index)
         pop = functools.partial(_C.cuda_pop_thread_allocator, index)
@@ -127,20 +136,20 @@ def _state(device: Any) -> _DeviceState:
 
 def plans(device: Any = None) -> dict[Hashable, PlanEntry]:
     """The plans made so far on `device` (default as in planned()), by key."""
-    state = _states.get(_device_name(device))
+    state = _states.get(device_name(device))
     return dict(state.plans) if state else {}
 
 
 def slab_stats(device: Any = None) -> dict[str, int]:
     """The device's planned region: steps, hits, misses, region_bytes, plans, ... ({} before any plan)."""
-    state = _states.get(_device_name(device))
+    state = _states.get(device_name(device))
     return state.slab.stats() if state else {}
 
 
 def forget(key: Hashable | None = None, device: Any = None) -> None:
     """Drop one plan (or all of a device's): the key warms up and is recorded again.
     With no plan left, the region goes back to the caching allocator once nothing in it is live."""
-    state = _states.get(_device_name(device))
+    state = _states.get(device_name(device))
     if state is None:
         return
     keys = list(state.plans) if key is None else [key]

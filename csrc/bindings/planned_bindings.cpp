@@ -12,7 +12,7 @@ namespace torchmem::bindings {
 
 void bind_planned(py::module_& m) {
   py::class_<RecordingAllocator, Allocator, std::shared_ptr<RecordingAllocator>>(m, "RecordingAllocator")
-      .def(py::init<std::shared_ptr<Allocator>>(), py::arg("target"))
+      .def(py::init<std::shared_ptr<Allocator>>(), py::arg("target"), py::keep_alive<1, 2>())
       .def("events", [](const RecordingAllocator& r) {
         py::list out;
         for (const RecordedEvent& e : r.events()) {
@@ -29,7 +29,7 @@ void bind_planned(py::module_& m) {
       });
 
   py::class_<PlannedSlab, Allocator, std::shared_ptr<PlannedSlab>>(m, "PlannedSlab")
-      .def(py::init<std::shared_ptr<Allocator>>(), py::arg("fallback"))
+      .def(py::init<std::shared_ptr<Allocator>>(), py::arg("fallback"), py::keep_alive<1, 2>())
       .def_property_readonly_static("UNPLANNED", [](py::object) { return PlannedSlab::kUnplanned; })
       .def(
           "add_plan",

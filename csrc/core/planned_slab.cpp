@@ -22,10 +22,17 @@ PlannedSlab::PlanId PlannedSlab::add_plan(std::vector<PlannedSlot> slots, size_t
       throw std::invalid_argument("planned slab: slot " + std::to_string(i) + " is misaligned or outside the plan's height");
     }
   }
+  Stream stream = 0;
+  for (const PlannedSlot& s : slots) {
+    if (s.offset != kUnplanned) {
+      stream = s.stream;
+      break;
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   const PlanId id = next_plan_++;
-  plans_.emplace(id, Plan{std::move(slots), height});
-  try_grow_locked(height);
+  plans_.emplace(id, Plan{std::move(slots), height, stream});
+  try_grow_locked(height, stream);
   return id;
 }
 
@@ -44,7 +51,7 @@ void PlannedSlab::begin_step(PlanId id) {
   if (step_open_) throw std::logic_error("planned slab: a step is under way");
   step_open_ = true;
   current_id_ = id;
-  current_ = try_grow_locked(it->second.height) ? &it->second : nullptr;
+  current_ = try_grow_locked(it->second.height, it->second.stream) ? &it->second : nullptr;
   cursor_ = 0;
   stats_.step_hits = stats_.step_misses = 0;
   ++stats_.steps;
@@ -57,17 +64,18 @@ size_t PlannedSlab::end_step() {
   return live_ranges_.size();
 }
 
-bool PlannedSlab::try_grow_locked(size_t height) {
-  if (height <= region_bytes_) return true;
+bool PlannedSlab::try_grow_locked(size_t height, Stream stream) {
+  if (height <= region_bytes_ && (stream == region_stream_ || height == 0)) return true;
   if (!live_ranges_.empty()) return false;
   release_region_locked();
   try {
-    base_ = reinterpret_cast<uintptr_t>(fallback_->allocate(height));
+    base_ = reinterpret_cast<uintptr_t>(fallback_->allocate(height, stream));
   } catch (const OutOfMemory&) {
     ++stats_.grow_failures;
     return false;
   }
   region_bytes_ = height;
+  region_stream_ = stream;
   return true;
 }
 
@@ -91,7 +99,7 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
       const size_t slot = cursor_++;
       if (slot < current_->slots.size()) {
         const PlannedSlot& s = current_->slots[slot];
-        if (s.size == size && s.stream == stream && s.offset != kUnplanned) {
+        if (s.size == size && s.stream == stream && stream == region_stream_ && s.offset != kUnplanned) {
           const uintptr_t begin = base_ + s.offset;
           if (!overlaps_live(begin, begin + size)) {
             live_ranges_.emplace(begin, begin + size);

@@ -18,10 +18,12 @@
 // every allocation goes to the fallback.
 //
 // The region is one allocation of the fallback allocator, so the fallback's
-// statistics (reserved, allocated, peaks) include it. It grows to a plan's
-// height when that plan is added or its step begins, provided no slab
-// allocation is live then; until it can grow (live allocations, or the
-// fallback is out of memory) that plan's steps are served by the fallback.
+// statistics (reserved, allocated, peaks) include it. It is allocated on
+// the stream of the plan's first planned slot (its main stream), and slots
+// on that stream hit. It grows to a plan's height (or moves to the plan's
+// main stream) when that plan is added or its step begins, provided no slab
+// allocation is live then; until it can (live allocations, or the fallback
+// is out of memory) that plan's steps are served by the fallback.
 // It goes back to the fallback when the last plan is removed and nothing in
 // it is live, and in the destructor.
 //
@@ -94,10 +96,12 @@ class PlannedSlab final : public Allocator {
   struct Plan {
     std::vector<PlannedSlot> slots;
     size_t height;
+    Stream stream;  // the main stream: the first planned slot's
   };
 
   bool overlaps_live(uintptr_t begin, uintptr_t end) const;
-  bool try_grow_locked(size_t height);
+  // Makes the region at least `height` bytes on `stream`; false when it cannot.
+  bool try_grow_locked(size_t height, Stream stream);
   void release_region_locked();
 
   std::shared_ptr<Allocator> fallback_;
@@ -110,6 +114,7 @@ class PlannedSlab final : public Allocator {
   size_t cursor_ = 0;
   uintptr_t base_ = 0;
   size_t region_bytes_ = 0;
+  Stream region_stream_ = 0;
   std::map<uintptr_t, uintptr_t> live_ranges_;          // region allocations: begin -> end
   std::unordered_set<const void*> fallback_live_;
   PlannedSlabStats stats_;

@@ -1,0 +1,124 @@
+"""Compaction: repack long-lived tensors (a module's parameters and buffers,
+an optimizer's state) into one block each, then give the freed cache back.
+
+    step()                                   # the optimizer makes its state
+    torchmem.compact(model, optimizer)       # weights and moments: one block each
+
+The caching allocator packs tensors in the order they were made, into
+segments sized by its rounding rules, so long-lived tensors made early
+(weights, then optimizer moments) leave free bytes beside them in
+segments that can never be released. Compaction copies each group into
+one allocation at 64-byte offsets and points every tensor at its new place
+in place (``tensor.data = ...``): the Parameter and tensor objects are kept,
+so optimizers, hooks and references stay valid. Then ``empty_cache()``
+returns the emptied segments.
+
+Skipped (left as they are, counted in the report): tensors on another
+device, sparse or quantized tensors, tensors that share storage with another
+tensor of the group (tied views), and non-leaf tensors that require grad.
+Views of a moved tensor taken before compaction (outside the group) keep
+the old bytes and no longer follow the tensor, as with any ``.data``
+assignment. Call it between steps, outside torchmem.planned() blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ALIGNMENT = 64
+
+
+@dataclass
+class CompactReport:
+    tensors: int            # tensors moved
+    bytes: int              # their bytes
+    blocks: int             # blocks they now live in (one per module or optimizer)
+    skipped: int            # tensors left where they were
+    reserved_before: int
+    reserved_after: int
+
+
+def _group(obj: Any) -> list:
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return list(obj.parameters()) + [b for b in obj.buffers() if b is not None]
+    if isinstance(obj, torch.optim.Optimizer):
+        return [v for state in obj.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in obj):
+        return list(obj)
+    raise TypeError(f"compact() takes modules, optimizers, tensors or lists of tensors, got {type(obj).__name__}")
+
+
+def _movable(tensors: list, device: Any) -> tuple[list, int]:
+    """The distinct tensors of a group that can move, and how many cannot."""
+    import torch
+
+    seen: set[int] = set()
+    unique = []
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            unique.append(t)
+    storages: dict[int, int] = {}
+    for t in unique:
+        if t.layout == torch.strided and not t.is_quantized and t.numel():
+            key = t.untyped_storage().data_ptr()
+            storages[key] = storages.get(key, 0) + 1
+    movable = [
+        t for t in unique
+        if t.device == device and t.layout == torch.strided and not t.is_quantized and t.numel()
+        and (t.is_leaf or not t.requires_grad) and storages[t.untyped_storage().data_ptr()] == 1
+    ]
+    return movable, len(unique) - len(movable)
+
+
+def _pack(tensors: list, device: Any) -> int:
+    import torch
+
+    offsets, total = [], 0
+    for t in tensors:
+        offsets.append(total)
+        total += -(-t.numel() * t.element_size() // ALIGNMENT) * ALIGNMENT
+    block = torch.empty(total, dtype=torch.uint8, device=device)
+    with torch.no_grad():
+        for t, off in zip(tensors, offsets):
+            nbytes = t.numel() * t.element_size()
+            new = block[off:off + nbytes].view(t.dtype).view(t.shape)
+            new.copy_(t)
+            t.data = new
+    return total
+
+
+def compact(*objects: Any, device: Any = None) -> CompactReport:
+    """Repack each module's parameters and buffers, each optimizer's state, and
+    each tensor or list of tensors given, into one block per object; then
+    empty the cache. `device`: the device whose tensors move (default: the CPU,
+    or the current CUDA device when torchmem is installed on CUDA)."""
+    import torch
+
+    import torchmem
+    from torchmem.planned import device_name, in_planned_step
+
+    if not torchmem.installed():
+        raise RuntimeError("torchmem.compact() needs torchmem.install() first")
+    if in_planned_step(device):
+        raise RuntimeError("torchmem.compact() runs between steps, not inside a torchmem.planned() block")
+    target = torch.device(device_name(device))
+    mem_device = None if target.type == "cpu" else target
+    groups = [_group(obj) for obj in objects]
+    before = torchmem.memory_reserved(mem_device)
+    moved = nbytes = blocks = skipped = 0
+    for tensors in groups:
+        movable, left = _movable(tensors, target)
+        skipped += left
+        if movable:
+            _pack(movable, target)
+            moved += len(movable)
+            nbytes += sum(t.numel() * t.element_size() for t in movable)
+            blocks += 1
+    torchmem.empty_cache(mem_device)
+    return CompactReport(moved, nbytes, blocks, skipped, before, torchmem.memory_reserved(mem_device))
+
