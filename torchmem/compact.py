@@ -1,17 +1,17 @@
 """Compaction: repack long-lived tensors (a module's parameters and buffers,
-an optimizer's state) into one block each, then give the freed cache back.
+an optimizer's state) into one block, then give the freed cache back.
 
     step()                                   # the optimizer makes its state
-    torchmem.compact(model, optimizer)       # weights and moments: one block each
+    torchmem.compact(model, optimizer)       # weights and moments: one block
 
 The caching allocator packs tensors in the order they were made, into
 segments sized by its rounding rules, so long-lived tensors made early
 (weights, then optimizer moments) leave free bytes beside them in
-segments that can never be released. Compaction copies each group into
-one allocation at 64-byte offsets and points every tensor at its new place
-in place (``tensor.data = ...``): the Parameter and tensor objects are kept,
-so optimizers, hooks and references stay valid. Then ``empty_cache()``
-returns the emptied segments.
+segments that can never be released. Compaction empties the cache, copies
+the tensors into one new allocation at 64-byte offsets and points every
+tensor at its new place (``tensor.data = ...``): the Parameter and tensor
+objects are kept, so optimizers, hooks and references stay valid. Then
+``empty_cache()`` returns the emptied segments.
 
 Skipped (left as they are, counted in the report): tensors on another
 device, sparse or quantized tensors, tensors that share storage with another
@@ -32,7 +32,7 @@ ALIGNMENT = 64
 class CompactReport:
     tensors: int            # tensors moved
     bytes: int              # their bytes
-    blocks: int             # blocks they now live in (one per module or optimizer)
+    blocks: int             # blocks they now live in (1, or 0 when nothing moved)
     skipped: int            # tensors left where they were
     reserved_before: int
     reserved_after: int
@@ -75,7 +75,8 @@ def _movable(tensors: list, device: Any) -> tuple[list, int]:
     return movable, len(unique) - len(movable)
 
 
-def _pack(tensors: list, device: Any) -> int:
+def _pack(tensors: list, device: Any) -> None:
+    """Copies `tensors` into one new block, then points each at its place."""
     import torch
 
     offsets, total = [], 0
@@ -84,19 +85,23 @@ def _pack(tensors: list, device: Any) -> int:
         total += -(-t.numel() * t.element_size() // ALIGNMENT) * ALIGNMENT
     block = torch.empty(total, dtype=torch.uint8, device=device)
     with torch.no_grad():
+        places = []
         for t, off in zip(tensors, offsets):
-            nbytes = t.numel() * t.element_size()
-            new = block[off:off + nbytes].view(t.dtype).view(t.shape)
-            new.copy_(t)
-            t.data = new
-    return total
+            place = block[off:off + t.numel() * t.element_size()].view(t.dtype).view(t.shape)
+            place.copy_(t)
+            places.append(place)
+        for t, place in zip(tensors, places):
+            t.data = place
 
 
 def compact(*objects: Any, device: Any = None) -> CompactReport:
-    """Repack each module's parameters and buffers, each optimizer's state, and
-    each tensor or list of tensors given, into one block per object; then
-    empty the cache. `device`: the device whose tensors move (default: the CPU,
-    or the current CUDA device when torchmem is installed on CUDA)."""
+    """Repack the long-lived tensors of `objects` (modules: parameters and
+    buffers; optimizers: their state; tensors or lists of tensors) into one
+    new block, then empty the cache. Give objects with the same lifetime in
+    one call: the block lives while any of its tensors does. `device`: the
+    device whose tensors move (default: the CPU, or the current CUDA device
+    when torchmem is installed on CUDA). It needs room for one more copy of
+    what it moves, for the moment of the copy."""
     import torch
 
     import torchmem
@@ -108,17 +113,12 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
         raise RuntimeError("torchmem.compact() runs between steps, not inside a torchmem.planned() block")
     target = torch.device(device_name(device))
     mem_device = None if target.type == "cpu" else target
-    groups = [_group(obj) for obj in objects]
+    tensors = [t for obj in objects for t in _group(obj)]
+    movable, skipped = _movable(tensors, target)
     before = torchmem.memory_reserved(mem_device)
-    moved = nbytes = blocks = skipped = 0
-    for tensors in groups:
-        movable, left = _movable(tensors, target)
-        skipped += left
-        if movable:
-            _pack(movable, target)
-            moved += len(movable)
-            nbytes += sum(t.numel() * t.element_size() for t in movable)
-            blocks += 1
+    torchmem.empty_cache(mem_device)  # the new block then comes from a fresh segment, not from holes
+    if movable:
+        _pack(movable, target)
     torchmem.empty_cache(mem_device)
-    return CompactReport(moved, nbytes, blocks, skipped, before, torchmem.memory_reserved(mem_device))
-
+    nbytes = sum(t.numel() * t.element_size() for t in movable)
+    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(mem_device))

@@ -348,8 +348,10 @@ def fragmentation_watch(recent_sizes: list[int] | None = None, factor: float = 4
 
     `compact` is True when free blocks outnumber active ones by more than
     `factor`, or when the largest free block cannot serve the largest of the
-    `recent_sizes` although the cache holds enough free bytes for it (then
-    empty_cache() or a planned step would help).
+    `recent_sizes` although the cache holds enough free bytes for it: then
+    torchmem.compact(model, optimizer) repacks the long-lived tensors,
+    torchmem.empty_cache() returns what is wholly free, and forget() lets
+    plans be recorded again.
     """
     allocator = caching_allocator(device)
     if allocator is None:
