@@ -45,7 +45,7 @@ def test_core_driver_lists_every_component():
     if not os.path.exists(binary):
         assert _script("plain").returncode == 0
     names = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=60).stdout.split()
-    for component in ("caching_", "arena_", "block_pool_", "planner_", "replayer"):
+    for component in ("caching_", "arena_", "block_pool_", "planner_", "replayer", "planned_slab_"):
         assert any(n.startswith(component) for n in names), names
     assert {"caching_threads", "caching_fail_kth", "caching_random_faults", "arena_threads"} <= set(names)
 

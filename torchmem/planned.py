@@ -54,7 +54,7 @@ class StepReport:
     key: Hashable
     phase: str                 # one of PHASES
     hits: int = 0              # allocations served from the region
-    misses: int = 0            # served by the caching allocator (all of them when warming up or recording)
+    misses: int = 0            # served by the caching allocator (when recording: every allocation)
     escaped: int = 0           # region allocations still live when the step ended
     rerecord: bool = False     # the plan missed too often and will be recorded again
 
@@ -196,8 +196,9 @@ def _buffers(events: list[dict]) -> tuple[list[Buffer], list[int], list[int]]:
             streams.append(e["stream"])
         elif e["id"] in start:
             i = e["id"]
+            begin = start.pop(i)
             if streams[i] == streams[0]:
-                buffers.append(Buffer(i, start.pop(i), t, sizes[i]))
+                buffers.append(Buffer(i, begin, t, sizes[i]))
     return buffers, sizes, streams
 
 
