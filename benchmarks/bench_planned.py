@@ -30,7 +30,8 @@ Reported, over the timed steps: peak reserved and peak allocated (the
 planned region is one block of the caching allocator, so both include it),
 the lower bound (the peak of bytes requested and live at once, from the
 caching run: no allocator can hold less), and per plan its height against
-its own lower bound.
+its own lower bound. Also the peak reserved over the warm-up (recording,
+planning and compaction included), paid once.
 """
 from __future__ import annotations
 
@@ -127,6 +128,7 @@ def worker(mode: str, workload: str, steps: int) -> dict:
         step(i, scope)
     if mode != "caching":
         torchmem.compact(*long_lived)
+    warmup_peak = torchmem.max_memory_reserved()
     torchmem.empty_cache()
     torchmem.reset_peak_memory_stats()
     times = []
@@ -144,6 +146,7 @@ def worker(mode: str, workload: str, steps: int) -> dict:
         "peak_reserved": stats["reserved_bytes.all.peak"],
         "peak_allocated": stats["allocated_bytes.all.peak"],
         "peak_requested": stats["requested_bytes.all.peak"],
+        "warmup_peak_reserved": warmup_peak,
         "reports": reports[warm_steps:],
     }
     if mode == "planned":
@@ -198,7 +201,8 @@ def report(workload: str, steps: int, rounds: list[dict[str, dict]]) -> None:
     title = {"bert-inference": "BERT-base inference, batch 32, sequence 128",
              "gpt2-train": "GPT-2-sized training, batch 4, lengths 96-256 in buckets of 128"}[workload]
     print(f"{title}; {steps} timed steps, {len(rounds)} rounds")
-    print(f"{'':<18}{'peak reserved MiB':>18}{'peak allocated MiB':>20}{'reserved / bound':>18}{'median step s':>15}{'faults/step':>13}")
+    print(f"{'':<18}{'peak reserved MiB':>18}{'peak allocated MiB':>20}{'reserved / bound':>18}{'median step s':>15}"
+          f"{'faults/step':>13}{'warm-up peak MiB':>18}")
     names = {"caching": "caching allocator", "compact": "caching + compact", "planned": "planned + compact"}
     for mode, name in names.items():
         if mode not in last:
@@ -206,7 +210,8 @@ def report(workload: str, steps: int, rounds: list[dict[str, dict]]) -> None:
         row = last[mode]
         steps_s = statistics.median(r[mode]["step_s"] for r in rounds)
         print(f"{name:<18}{row['peak_reserved'] / MiB:>18,.1f}{row['peak_allocated'] / MiB:>20,.1f}"
-              f"{row['peak_reserved'] / bound:>18.4f}{steps_s:>15.3f}{row['faults_per_step']:>13,.0f}")
+              f"{row['peak_reserved'] / bound:>18.4f}{steps_s:>15.3f}{row['faults_per_step']:>13,.0f}"
+              f"{row['warmup_peak_reserved'] / MiB:>18,.1f}")
     print(f"{'lower bound':<18}{bound / MiB:>18,.1f}   (peak of bytes requested and live at once, caching run)")
     if "planned" in last:
         p = last["planned"]

@@ -246,7 +246,7 @@ def planned(
         max_miss_ratio: above this fraction of missed allocations in a step,
             the plan is dropped and recorded again.
         release_cache: after recording, give the caching allocator's cache
-            back to the device (empty_cache).
+            back to the device (empty_cache), before the region is drawn.
     Yields a StepReport, filled in when the block ends. A step that raises is
     neither recorded nor counted against its plan's misses.
     """
@@ -287,13 +287,13 @@ def _recorded_step(state: _DeviceState, key: Hashable, method: str, time_limit: 
     finally:
         state.pop()
     events = recorder.events()
+    if release_cache:  # before the region is drawn, so the two never coexist
+        _release_cache(state)
     entry = _add_plan(state, events, method, time_limit)
     state.plans[key] = entry
     state.rerecord.discard(key)
     report.misses = sum(1 for e in events if e["op"] == "alloc")
     entry.history.append(report)
-    if release_cache:
-        _release_cache(state)
 
 
 @contextlib.contextmanager
