@@ -206,3 +206,23 @@ def test_a_slab_outlives_its_python_fallback_safely():
     slab.end_step()
     del slab   # returns the region to a fallback whose device is still alive
     gc.collect()
+
+
+def test_an_idle_region_can_be_released_and_is_drawn_again_at_the_tallest_height():
+    slab, fallback = slab_on()
+    small = slab.add_plan([MiB], [0], [0], MiB)
+    slab.add_plan([3 * MiB], [0], [0], 3 * MiB)
+    slab.begin_step(small)
+    assert slab.release_idle_region() is False  # a step is under way
+    kept = slab.allocate(MiB)
+    slab.end_step()
+    assert slab.release_idle_region() is False  # kept lives in the region
+    slab.deallocate(kept)
+    assert slab.release_idle_region() is True
+    assert slab.stats()["region_bytes"] == 0
+    assert fallback.stats()["allocated_bytes"]["all"]["current"] == 0
+    slab.begin_step(small)  # draws the region again, as tall as the tallest plan
+    assert slab.stats()["region_bytes"] == 3 * MiB
+    slab.deallocate(slab.allocate(MiB))
+    slab.end_step()
+    assert slab.stats()["step_hits"] == 1

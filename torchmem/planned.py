@@ -18,7 +18,9 @@ twice. Planned: from then on, the i-th allocation is served at its planned
 offset: no search, no splitting.
 
 All plans of a device share one region, as tall as the tallest plan (one
-step runs at a time). The region is one block of the caching allocator, so
+step runs at a time); while a key is recorded, an idle region goes back to
+the caching allocator, whose cache the recorded step may then reuse, and it
+is drawn again after. The region is one block of the caching allocator, so
 ``torchmem.memory_reserved()`` / ``memory_allocated()`` (and
 ``torch.cuda.memory_stats()`` on CUDA) include it.
 
@@ -280,6 +282,7 @@ def planned(
 @contextlib.contextmanager
 def _recorded_step(state: _DeviceState, key: Hashable, method: str, time_limit: float, release_cache: bool) -> Iterator[StepReport]:
     report = StepReport(key, "recorded")
+    state.slab.release_idle_region()  # the recorded step may reuse its bytes through the cache
     recorder = _C.RecordingAllocator(state.fallback)
     state.push(recorder)
     try:

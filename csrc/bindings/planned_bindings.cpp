@@ -44,6 +44,7 @@ void bind_planned(py::module_& m) {
           },
           py::arg("sizes"), py::arg("offsets"), py::arg("streams"), py::arg("height"))
       .def("remove_plan", &PlannedSlab::remove_plan, py::arg("plan"))
+      .def("release_idle_region", &PlannedSlab::release_idle_region)
       .def("begin_step", &PlannedSlab::begin_step, py::arg("plan"))
       .def("end_step", &PlannedSlab::end_step)
       .def(

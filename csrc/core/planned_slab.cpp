@@ -1,5 +1,6 @@
 #include "core/planned_slab.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -64,9 +65,22 @@ size_t PlannedSlab::end_step() {
   return live_ranges_.size();
 }
 
+bool PlannedSlab::release_idle_region() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (step_open_ || !live_ranges_.empty() || !base_) return false;
+  release_region_locked();
+  return true;
+}
+
 bool PlannedSlab::try_grow_locked(size_t height, Stream stream) {
   if (height <= region_bytes_ && (stream == region_stream_ || height == 0)) return true;
   if (!live_ranges_.empty()) return false;
+  size_t tallest = height;
+  for (const auto& [id, plan] : plans_) tallest = std::max(tallest, plan.height);
+  return try_region_locked(tallest, stream) || (tallest > height && try_region_locked(height, stream));
+}
+
+bool PlannedSlab::try_region_locked(size_t height, Stream stream) {
   release_region_locked();
   try {
     base_ = reinterpret_cast<uintptr_t>(fallback_->allocate(height, stream));

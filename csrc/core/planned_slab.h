@@ -24,8 +24,11 @@
 // main stream) when that plan is added or its step begins, provided no slab
 // allocation is live then; until it can (live allocations, or the fallback
 // is out of memory) that plan's steps are served by the fallback.
-// It goes back to the fallback when the last plan is removed and nothing in
-// it is live, and in the destructor.
+// The region grows to the tallest plan's height (so steps of other plans
+// need not grow it again). It goes back to the fallback when the last plan
+// is removed and nothing in it is live, on release_idle_region() (a step is
+// about to be recorded: it may reuse those bytes through the fallback's
+// cache), and in the destructor.
 //
 // Thread safety: one internal mutex, held while growing the region (a call
 // into the fallback). The fallback must outlive the slab, and must not call
@@ -79,6 +82,11 @@ class PlannedSlab final : public Allocator {
   // a step under way). Live allocations keep their bytes until freed.
   void remove_plan(PlanId id);
 
+  // Returns the region to the fallback when nothing in it is live and no
+  // step is under way; the next add_plan() or begin_step() draws it again.
+  // Returns whether it did.
+  bool release_idle_region();
+
   // Starts a step served by plan `id` (std::invalid_argument for an unknown
   // id, std::logic_error when a step is under way).
   void begin_step(PlanId id);
@@ -100,8 +108,10 @@ class PlannedSlab final : public Allocator {
   };
 
   bool overlaps_live(uintptr_t begin, uintptr_t end) const;
-  // Makes the region at least `height` bytes on `stream`; false when it cannot.
+  // Makes the region at least `height` bytes (the tallest plan's, when the
+  // fallback can give that) on `stream`; false when it cannot.
   bool try_grow_locked(size_t height, Stream stream);
+  bool try_region_locked(size_t height, Stream stream);
   void release_region_locked();
 
   std::shared_ptr<Allocator> fallback_;
