@@ -1228,6 +1228,12 @@ void planned_slab_random(Kind kind, double fault_probability, uint64_t seed) {
         slab.remove_plan(it->first);
         plans.erase(it);
       }
+      if (rng() % 7 == 0) {
+        const PlannedSlabStats before = slab.stats();
+        const bool idle = before.live_in_slab == 0 && before.region_bytes > 0;
+        CHECK(slab.release_idle_region() == idle);
+        CHECK(slab.stats().region_bytes == (idle ? 0 : before.region_bytes));
+      }
       auto plan = std::next(plans.begin(), rng() % plans.size());
       slab.begin_step(plan->first);
       const std::vector<PlannedSlot>& slots = plan->second;
