@@ -1,7 +1,9 @@
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,13 @@ def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subpro
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+def run_python_json(code: str) -> Any:
+    """Run `code` in a fresh interpreter; it must succeed and print JSON on its last line."""
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

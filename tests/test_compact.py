@@ -1,9 +1,7 @@
-"""torchmem.compact(): long-lived tensors repacked into one block per object,
+"""torchmem.compact(): long-lived tensors repacked into one block,
 values and identities kept, training continues identically, the freed
 segments are returned; skipped tensors and misuse are reported clearly."""
-import json
-
-from conftest import run_python
+from conftest import run_python, run_python_json
 
 PRELUDE = """
 import json, torch, torchmem
@@ -27,9 +25,7 @@ def train(net, opt, steps, start=0):
 
 
 def run_json(body: str) -> dict:
-    proc = run_python(PRELUDE + body)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_python_json(PRELUDE + body)
 
 
 def test_compaction_keeps_objects_and_values_and_training_is_unchanged():

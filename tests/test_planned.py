@@ -1,9 +1,7 @@
 """Planned allocation at run time: record, plan, serve; misses, divergence,
 buckets, re-recording and escaping tensors. Each scenario installs torchmem
 in a fresh interpreter."""
-import json
-
-from conftest import run_python
+from conftest import run_python, run_python_json
 
 PRELUDE = """
 import json, torch, torchmem
@@ -18,9 +16,7 @@ def step(x):
 
 
 def run_json(body: str) -> dict:
-    proc = run_python(PRELUDE + body)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_python_json(PRELUDE + body)
 
 
 def test_first_step_records_then_steps_hit_the_plan_with_the_same_results():
