@@ -112,13 +112,12 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
     if in_planned_step(device):
         raise RuntimeError("torchmem.compact() runs between steps, not inside a torchmem.planned() block")
     target = torch.device(device_name(device))
-    mem_device = None if target.type == "cpu" else target
     tensors = [t for obj in objects for t in _group(obj)]
     movable, skipped = _movable(tensors, target)
-    before = torchmem.memory_reserved(mem_device)
-    torchmem.empty_cache(mem_device)  # the new block then comes from a fresh segment, not from holes
+    before = torchmem.memory_reserved(target)
+    torchmem.empty_cache(target)  # the new block then comes from a fresh segment, not from holes
     if movable:
         _pack(movable, target)
-    torchmem.empty_cache(mem_device)
+    torchmem.empty_cache(target)
     nbytes = sum(t.numel() * t.element_size() for t in movable)
-    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(mem_device))
+    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(target))

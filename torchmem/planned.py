@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
 from torchmem import _C
-from torchmem.memory import caching_allocator
+from torchmem.memory import caching_allocator, empty_cache
 from torchmem.plan import Buffer, solve
 
 ALIGNMENT = 64
@@ -214,15 +214,6 @@ def _add_plan(state: _DeviceState, events: list[dict], method: str, time_limit: 
     return PlanEntry(state.device, plan_id, plan.height, plan.lower_bound, len(buffers), len(sizes) - len(buffers), plan.method)
 
 
-def _release_cache(state: _DeviceState) -> None:
-    if state.device == "cpu":
-        state.fallback.empty_cache()
-    else:
-        import torch
-
-        torch.cuda.empty_cache()
-
-
 @contextlib.contextmanager
 def planned(
     key: Hashable | None = None,
@@ -291,7 +282,7 @@ def _recorded_step(state: _DeviceState, key: Hashable, method: str, time_limit: 
         state.pop()
     events = recorder.events()
     if release_cache:  # before the region is drawn, so the two never coexist
-        _release_cache(state)
+        empty_cache(state.device)
     entry = _add_plan(state, events, method, time_limit)
     state.plans[key] = entry
     state.rerecord.discard(key)

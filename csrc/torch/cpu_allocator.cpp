@@ -60,8 +60,10 @@ void CpuAllocator::push_thread_allocator(std::shared_ptr<torchmem::Allocator> al
   CpuAllocator& self = instance();
   {
     std::lock_guard<std::mutex> lock(self.mutex_);
-    if (std::find(self.routed_.begin(), self.routed_.end(), allocator) == self.routed_.end()) {
-      self.routed_.push_back(allocator);
+    if (std::find(self.routed_->begin(), self.routed_->end(), allocator) == self.routed_->end()) {
+      auto next = std::make_shared<RoutedList>(*self.routed_);
+      next->push_back(allocator);
+      self.routed_ = std::move(next);
     }
   }
   thread_allocators.push_back(std::move(allocator));
@@ -72,8 +74,11 @@ void CpuAllocator::pop_thread_allocator() {
   thread_allocators.pop_back();
   CpuAllocator& self = instance();
   std::lock_guard<std::mutex> lock(self.mutex_);
-  auto unused = [](const std::shared_ptr<torchmem::Allocator>& a) { return a.use_count() == 1 && !a->has_live_allocations(); };
-  self.routed_.erase(std::remove_if(self.routed_.begin(), self.routed_.end(), unused), self.routed_.end());
+  auto next = std::make_shared<RoutedList>();
+  for (const auto& a : *self.routed_) {
+    if (a.use_count() > 1 || a->has_live_allocations()) next->push_back(a);  // counted before copying
+  }
+  if (next->size() != self.routed_->size()) self.routed_ = std::move(next);
 }
 
 c10::DataPtr CpuAllocator::allocate(size_t n) {
@@ -107,12 +112,12 @@ void CpuAllocator::delete_pointer(void* ptr) {
 // Thread allocators come first: they may wrap the caching allocator (a
 // recorder, a planned slab's fallback) and must see their own frees.
 void CpuAllocator::release(void* ptr) {
-  std::vector<std::shared_ptr<torchmem::Allocator>> routed;
+  std::shared_ptr<const RoutedList> routed;
   std::shared_ptr<CachingAllocator> current;
   c10::DeleterFnPtr previous_deleter;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!routed_.empty()) routed.assign(routed_.begin(), routed_.end());
+    routed = routed_;
     current = caching_;
     previous_deleter = previous_deleter_;
   }
@@ -123,7 +128,7 @@ void CpuAllocator::release(void* ptr) {
       std::fprintf(stderr, "torchmem: %s\n", e.what());
     }
   };
-  for (auto& owner : routed) {
+  for (const auto& owner : *routed) {
     if (owner->owns(ptr)) return hand_to(*owner);
   }
   if (current && current->try_deallocate(ptr)) return;

@@ -63,7 +63,10 @@ class CpuAllocator final : public c10::Allocator {
   std::shared_ptr<CachingAllocator> caching_;
   std::vector<std::shared_ptr<HostDevice>> retired_devices_;
   std::vector<std::shared_ptr<CachingAllocator>> retired_;   // still own live blocks
-  std::vector<std::shared_ptr<torchmem::Allocator>> routed_;           // thread allocators seen
+  // Thread allocators seen. Replaced on push/pop, never changed in place, so
+  // a free takes the list with one reference count instead of copying it.
+  using RoutedList = std::vector<std::shared_ptr<torchmem::Allocator>>;
+  std::shared_ptr<const RoutedList> routed_ = std::make_shared<const RoutedList>();
 };
 
 }  // namespace torchmem::glue
