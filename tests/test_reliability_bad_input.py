@@ -92,10 +92,10 @@ CASES = [
     ("replay-capacity-unit", lambda: sim.replay(EV, "80XB"), ValueError, "a size such as 80GiB"),
     ("replay-capacity-float", lambda: sim.replay(EV, 1.5), TypeError, "capacity must be bytes"),
     ("replay-capacity-bool", lambda: sim.replay(EV, True), TypeError, "capacity must be bytes"),
-    ("replay-capacity-none", lambda: sim.replay(EV, None), TypeError, "capacity must be bytes"),
+    ("replay-capacity-list", lambda: sim.replay(EV, [1]), TypeError, "capacity must be bytes"),
     ("replay-capacity-2**64", lambda: sim.replay(EV, 2**64), TypeError, "incompatible constructor arguments"),
     ("replay-conf-bad", lambda: sim.replay(EV, "1GiB", "max_split_size_mb:x"), ValueError, "max_split_size_mb"),
-    ("replay-conf-none", lambda: sim.replay(EV, "1GiB", None), TypeError, "conf must be a string"),
+    ("replay-conf-int", lambda: sim.replay(EV, "1GiB", 3), TypeError, "conf must be a string"),
     ("replay-others-over-capacity", lambda: sim.replay(EV, "1GiB", in_use_by_others="2GiB"), ValueError,
      "must be less than the capacity"),
     ("replay-others-negative", lambda: sim.replay(EV, "1GiB", in_use_by_others=-1), ValueError, "non-negative"),
@@ -447,7 +447,7 @@ def test_kv_cache_fractional_token_ids_are_an_error():
 def test_cli_replay_snapshot_entry_without_addr(tmp_path, capsys):
     status, out = _run_cli(tmp_path, ["replay", "{d}/s.pickle", "--no-progress"],
                            {"s.pickle": _snapshot([[{"action": "alloc", "size": 5}]])}, capsys)
-    assert status == 1 and "event 0" in out.err
+    assert status == 1 and "entry 0: addr must be a non-negative integer" in out.err
 
 
 def test_cli_replay_infinite_size(tmp_path, capsys):

@@ -4,7 +4,9 @@ Three formats are read, chosen by looking at the file:
 
 - PyTorch snapshot pickles with ``device_traces``, as written on a GPU by
   ``torch.cuda.memory._record_memory_history()`` + ``_dump_snapshot()``,
-  and torchmem's own ``dump_snapshot()`` files (the same format);
+  and torchmem's own ``dump_snapshot()`` files (the same format), or the
+  same dict saved as one JSON object; their events are built by
+  ``torchmem.replay.snapshot_trace`` (start state, recorded addresses, OOM);
 - JSON lines, one event per line:
   ``{"op": "alloc", "id": 7, "size": 4096, "stream": 0}`` /
   ``{"op": "free", "id": 7}``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -39,10 +42,11 @@ class TraceError(ValueError):
 
 @dataclass
 class Chunk:
-    ops: np.ndarray      # uint8
+    ops: np.ndarray      # uint8: 0 alloc, 1 free (and, in snapshot traces, 2-4: see replay.snapshot_trace)
     ids: np.ndarray      # uint64
     sizes: np.ndarray    # uint64
     streams: np.ndarray  # uint64
+    addrs: np.ndarray | None = None  # uint64: recorded addresses (snapshot traces), else None
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -56,6 +60,8 @@ class Trace:
     _factory: Any = field(repr=False)
     total: int | None = None  # number of events, when known up front
     notes: list[str] = field(default_factory=list)
+    start: Any = None     # replay.snapshot_trace.StartState: memory when recording began (snapshots)
+    recorded: Any = None  # replay.snapshot_trace.RecordedRun: settings, capacity, OOM (snapshots)
 
     def chunks(self) -> Iterator[Chunk]:
         return self._factory()
@@ -153,68 +159,6 @@ def load_jsonl(path: str) -> Trace:
     return Trace(path, factory, total=None)
 
 
-def snapshot_events(snapshot: dict, name: str, device: int | None = None) -> Trace:
-    """The allocation events of a PyTorch memory snapshot's device_traces.
-
-    Addresses are reused after a free, so each alloc gets a fresh id. Frees of
-    blocks allocated before recording began are skipped (and counted in the
-    trace's notes); segment and OOM entries are ignored: the replay makes its
-    own segment decisions.
-    """
-    traces = snapshot.get("device_traces")
-    if not isinstance(traces, list):
-        raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
-    if device is None:
-        device = max(range(len(traces)), key=lambda d: len(traces[d]) if isinstance(traces[d], list) else -1, default=0)
-    if not 0 <= device < len(traces):
-        raise TraceError(f"{name}: no device {device} (the snapshot has {len(traces)})")
-    entries = traces[device]
-    if not isinstance(entries, list):
-        raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
-    actions = {e.get("action") for e in entries if isinstance(e, dict)}
-    free_action = "free_completed" if "free_completed" in actions else "free_requested"
-    notes: list[str] = []
-
-    def factory() -> Iterator[Chunk]:
-        builder = _ChunkBuilder()
-        live: dict[int, int] = {}
-        next_id = 0
-        unmatched = 0
-        for i, entry in enumerate(entries):
-            if not isinstance(entry, dict) or "action" not in entry:
-                raise TraceError(f"{name}: device {device} event {i}: not a trace entry")
-            action = entry["action"]
-            if action not in SNAPSHOT_ACTIONS:
-                raise TraceError(f"{name}: device {device} event {i}: unknown action {action!r}")
-            if action not in ("alloc", free_action):
-                continue
-            try:
-                addr, size, stream = int(entry["addr"]), int(entry.get("size", 0)), int(entry.get("stream", 0))
-                if addr < 0 or size < 0 or stream < 0 or (action == "alloc" and size == 0):
-                    raise ValueError("negative or zero size, address or stream")
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:
-                raise TraceError(f"{name}: device {device} event {i}: bad {action} entry ({type(exc).__name__}: {exc})") from None
-            if action == "alloc":
-                live[addr] = next_id
-                builder.add(ALLOC, next_id, size, stream)
-                next_id += 1
-            else:
-                id_ = live.pop(addr, None)
-                if id_ is None:
-                    unmatched += 1
-                    continue
-                builder.add(FREE, id_, 0, stream)
-            if len(builder) >= CHUNK:
-                yield builder.take()
-        if len(builder):
-            yield builder.take()
-        if unmatched and not notes:
-            notes.append(f"skipped {unmatched} frees of blocks allocated before recording began")
-
-    total = sum(1 for e in entries if isinstance(e, dict) and e.get("action") in ("alloc", free_action))
-    return Trace(name, factory, total=total, notes=notes)
-
-
 def load_snapshot(path: str) -> dict:
     """Read a snapshot pickle; errors name the file and what is wrong."""
     try:
@@ -229,27 +173,58 @@ def load_snapshot(path: str) -> dict:
     return data
 
 
-def load_trace(path: str, device: int | None = None) -> Trace:
-    """Any supported trace file, by its content."""
+def load_snapshot_json(path: str) -> dict:
+    """Read a snapshot saved as one JSON object; errors name the file."""
+    try:
+        with open(path, "rb") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: not a readable JSON snapshot ({exc.msg} at line {exc.lineno}); truncated file?") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, dict) or "segments" not in data:
+        raise TraceError(f"{path}: JSON, but not a memory snapshot (expected an object with 'segments' and 'device_traces')")
+    return data
+
+
+_JSON_SNAPSHOT = re.compile(rb'\A\s*\{\s*("(segments|device_traces|allocator_settings|external_annotations)"|\Z|\n)')
+
+
+def load_trace(path: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
+    """Any supported trace file, by its content.
+
+    Snapshots (pickles, or one JSON object) replay one device: `device`, or by
+    default the device with an OOM, else the first with events.
+    """
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such file")
     with open(path, "rb") as f:
-        head = f.read(64).lstrip()
-    if not head:
+        head = f.read(4096)
+    if not head.strip():
         raise TraceError(f"{path}: empty file")
-    if head[:1] == b"\x80":
-        return snapshot_events(load_snapshot(path), path, device)
-    if head[:1] == b"{":
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    if head.lstrip()[:1] == b"\x80":
+        return snapshot_trace(load_snapshot(path), path, device, skip_bad_events)
+    if _JSON_SNAPSHOT.match(head):
+        return snapshot_trace(load_snapshot_json(path), path, device, skip_bad_events)
+    if head.lstrip()[:1] == b"{":
+        if device is not None:
+            raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
         return load_jsonl(path)
-    raise TraceError(f"{path}: unknown format (expected a snapshot pickle or JSON lines of events)")
+    raise TraceError(f"{path}: unknown format (expected a snapshot pickle, a JSON snapshot or JSON lines of events)")
 
 
 def write_jsonl(trace: Trace, path: str) -> int:
-    """Write a trace as JSON lines; returns the number of events."""
+    """Write a trace's allocs and frees as JSON lines; returns the number written."""
+    if trace.start is not None and trace.start.segments:
+        raise TraceError(f"{trace.name}: recorded mid-run; JSON lines cannot hold the memory live when recording began")
     n = 0
     with open(path, "w") as f:
         for chunk in trace.chunks():
             for op, id_, size, stream in zip(chunk.ops.tolist(), chunk.ids.tolist(), chunk.sizes.tolist(), chunk.streams.tolist()):
+                if op not in (ALLOC, FREE):
+                    continue  # empty_cache calls, recorded addresses and OOMs of snapshots
                 if op == ALLOC:
                     f.write(f'{{"op": "alloc", "id": {id_}, "size": {size}, "stream": {stream}}}\n')
                 else:

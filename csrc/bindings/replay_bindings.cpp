@@ -2,6 +2,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+#include <tuple>
+
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
 #include "core/replayer.h"
@@ -25,6 +28,22 @@ py::dict oom_to_dict(const ReplayOom& oom) {
   d["largest_free"] = oom.info.largest_free;
   d["device_free"] = oom.info.device_free;
   d["message"] = oom.message;
+  d["recorded"] = oom.recorded;
+  return d;
+}
+
+py::dict fidelity_to_dict(const ReplayFidelity& f) {
+  py::dict d;
+  d["placements_matched"] = f.placements_matched;
+  d["placements_differed"] = f.placements_differed;
+  d["first_difference"] = f.first_difference < 0 ? py::object(py::none()) : py::object(py::int_(f.first_difference));
+  d["segments_followed"] = f.segments_followed;
+  d["segments_missed"] = f.segments_missed;
+  d["empty_cache_calls"] = f.empty_cache_calls;
+  d["releases_made"] = f.releases_made;
+  d["releases_missed"] = f.releases_missed;
+  d["failed_alloc_succeeded"] =
+      f.failed_alloc_succeeded < 0 ? py::object(py::none()) : py::object(py::int_(f.failed_alloc_succeeded));
   return d;
 }
 
@@ -32,22 +51,43 @@ py::dict oom_to_dict(const ReplayOom& oom) {
 
 void bind_replay(py::module_& m) {
   py::class_<Replayer>(m, "Replayer")
-      .def(py::init([](size_t capacity, size_t others, const std::string& conf, uint64_t sample_every, bool skip) {
-             return std::make_unique<Replayer>(capacity, others, AllocatorConfig::parse(conf), sample_every, skip);
+      .def(py::init([](size_t capacity, size_t others, const std::string& conf, uint64_t sample_every, bool skip,
+                       bool follow) {
+             return std::make_unique<Replayer>(capacity, others, AllocatorConfig::parse(conf), sample_every, skip, follow);
            }),
            py::arg("capacity"), py::arg("in_use_by_others") = 0, py::arg("conf") = "", py::arg("sample_every") = 1,
-           py::arg("skip_bad_events") = false)
+           py::arg("skip_bad_events") = false, py::arg("follow_recording") = false)
       .def(
           "run",
-          [](Replayer& r, Column<uint8_t> ops, Column<uint64_t> ids, Column<uint64_t> sizes, Column<uint64_t> streams) {
+          [](Replayer& r, Column<uint8_t> ops, Column<uint64_t> ids, Column<uint64_t> sizes, Column<uint64_t> streams,
+             std::optional<Column<uint64_t>> addrs) {
             const size_t n = static_cast<size_t>(ops.size());
-            if (ids.size() != ops.size() || sizes.size() != ops.size() || streams.size() != ops.size()) {
+            if (ids.size() != ops.size() || sizes.size() != ops.size() || streams.size() != ops.size() ||
+                (addrs && addrs->size() != ops.size())) {
               throw std::invalid_argument("replay: event columns differ in length");
             }
+            const uint64_t* addr_data = addrs ? addrs->data() : nullptr;
             py::gil_scoped_release release;
-            return r.run(ops.data(), ids.data(), sizes.data(), streams.data(), n);
+            return r.run(ops.data(), ids.data(), sizes.data(), streams.data(), addr_data, n);
           },
-          py::arg("ops"), py::arg("ids"), py::arg("sizes"), py::arg("streams"))
+          py::arg("ops"), py::arg("ids"), py::arg("sizes"), py::arg("streams"), py::arg("addrs") = py::none())
+      .def(
+          "restore",
+          [](Replayer& r, uintptr_t addr, size_t size, Stream stream, bool is_small,
+             const std::vector<std::tuple<uintptr_t, size_t, size_t>>& blocks, const std::vector<uint64_t>& ids) {
+            RecordedSegment seg;
+            seg.addr = addr;
+            seg.size = size;
+            seg.stream = stream;
+            seg.is_small = is_small;
+            for (const auto& [block_addr, block_size, requested] : blocks) {
+              seg.live_blocks.push_back(RecordedBlock{block_addr, block_size, requested});
+            }
+            r.restore(seg, ids);
+          },
+          py::arg("addr"), py::arg("size"), py::arg("stream"), py::arg("is_small"), py::arg("blocks"), py::arg("ids"))
+      .def("set_address_floor", &Replayer::set_address_floor, py::arg("floor"))
+      .def_property_readonly("fidelity", [](const Replayer& r) { return fidelity_to_dict(r.fidelity()); })
       .def_property_readonly("stopped", &Replayer::stopped)
       .def_property_readonly("events", &Replayer::events)
       .def_property_readonly("skipped", &Replayer::skipped)

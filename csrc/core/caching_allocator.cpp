@@ -461,6 +461,26 @@ size_t CachingAllocator::merge(Block* dst, Block* src, BlockPool& pool) {
   return subsumed;
 }
 
+bool CachingAllocator::release_cached_segment(uintptr_t addr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (BlockPool* pool : {&large_blocks_, &small_blocks_}) {
+    for (Block* block : pool->blocks) {
+      if (addr < block->addr || addr >= block->addr + block->size) continue;
+      if (block->expandable) {
+        const size_t reserved = total_reserved_;
+        unmap_block(block);
+        if (total_reserved_ == reserved) return false;
+        release_expandable_segment(block);
+        return true;
+      }
+      if (block->is_split() || block->addr != addr) return false;
+      release_block(block);
+      return true;
+    }
+  }
+  return false;
+}
+
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mutex_);
   release_cached_blocks();

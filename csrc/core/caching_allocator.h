@@ -26,6 +26,23 @@
 
 namespace torchmem {
 
+// A segment as it stood when a recording began (Note [Start state]): its
+// place, and the blocks live in it in address order. A live block whose
+// size is 0 gets the size the policy would have given its request.
+struct RecordedBlock {
+  uintptr_t addr = 0;
+  size_t size = 0;            // 0: infer from requested_size
+  size_t requested_size = 0;
+};
+
+struct RecordedSegment {
+  uintptr_t addr = 0;
+  size_t size = 0;
+  Stream stream = 0;
+  bool is_small = false;
+  std::vector<RecordedBlock> live_blocks;
+};
+
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(Device& device, AllocatorConfig config = {});
@@ -48,6 +65,22 @@ class CachingAllocator final : public Allocator {
   // Returns every cached, unsplit segment (and unmapped expandable pages) to
   // the device.
   void empty_cache();
+
+  // Releases the cached segment that begins at `addr` (a free, unsplit
+  // segment), or unmaps the wholly free pages of the free block of an
+  // expandable segment that holds `addr`, as empty_cache() would. Returns
+  // false and changes nothing when no such free memory is there. Used by
+  // replays to make a recording's own segment_free / segment_unmap.
+  bool release_cached_segment(uintptr_t addr);
+
+  // Rebuilds a segment that existed before a recorded run began: live
+  // blocks as given (sizes inferred where 0), free blocks in the gaps,
+  // statistics as if the blocks had been allocated here. The caller has
+  // already taken [addr, addr + size) from the device (SimDevice::adopt);
+  // the allocator frees it like any other segment. Throws
+  // std::invalid_argument naming the block when blocks overlap, leave the
+  // segment, or are unaligned; the allocator is unchanged then.
+  void restore_segment(const RecordedSegment& segment);
 
   // Called on a miss before a new segment is allocated; a callback returns
   // true when it freed memory the allocator may now find cached. Callbacks

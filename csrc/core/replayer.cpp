@@ -1,19 +1,45 @@
 #include "core/replayer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 
 namespace torchmem {
 
 Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
-                   bool skip_bad_events)
+                   bool skip_bad_events, bool follow_recording)
     : device_(std::make_unique<SimDevice>(capacity, 2u << 20, in_use_by_others)),
       allocator_(std::make_unique<CachingAllocator>(*device_, config)),
       sample_every_(std::max<uint64_t>(1, sample_every)),
-      skip_bad_events_(skip_bad_events) {}
+      skip_bad_events_(skip_bad_events),
+      follow_recording_(follow_recording) {}
 
 void Replayer::bad_event(const std::string& what) const {
   throw std::invalid_argument("event " + std::to_string(events_) + ": " + what);
+}
+
+void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids) {
+  if (ids.size() != segment.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
+  for (uint64_t id : ids) {
+    if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
+  }
+  if (!device_->adopt(segment.addr, segment.size)) {
+    const bool too_big = segment.size > device_->free_bytes();
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "the segment at 0x%llx (%zu bytes) that existed when recording began %s",
+                  static_cast<unsigned long long>(segment.addr), segment.size,
+                  too_big ? "does not fit in the capacity" : "is at address 0 or overlaps another segment");
+    throw std::invalid_argument(buf);
+  }
+  try {
+    allocator_->restore_segment(segment);
+  } catch (...) {
+    device_->free(segment.addr, segment.size);
+    throw;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    live_.emplace(ids[i], reinterpret_cast<void*>(segment.live_blocks[i].addr));
+  }
 }
 
 void Replayer::sample(int64_t allocated, int64_t reserved) {
@@ -25,33 +51,86 @@ void Replayer::sample(int64_t allocated, int64_t reserved) {
   }
 }
 
-size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* sizes, const uint64_t* streams, size_t n) {
+void Replayer::settle_offers() {
+  if (!offers_pending_) return;
+  offers_pending_ = false;
+  fidelity_.segments_missed += device_->take_unused_offers();
+}
+
+void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, bool failed_on_gpu) {
+  const size_t taken_before = device_->offers_taken();
+  void* ptr = nullptr;
+  try {
+    ptr = allocator_->allocate(size, stream);
+  } catch (const OutOfMemory& e) {
+    fidelity_.segments_followed += device_->offers_taken() - taken_before;
+    settle_offers();
+    oom_ = std::make_unique<ReplayOom>(ReplayOom{events_, e.info(), e.what(), failed_on_gpu});
+    return;
+  }
+  fidelity_.segments_followed += device_->offers_taken() - taken_before;
+  settle_offers();
+  if (failed_on_gpu) {
+    allocator_->deallocate(ptr);
+    if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);
+    return;
+  }
+  live_.emplace(id, ptr);
+  if (recorded == 0 || !follow_recording_) return;
+  if (reinterpret_cast<uintptr_t>(ptr) == recorded) {
+    ++fidelity_.placements_matched;
+  } else {
+    ++fidelity_.placements_differed;
+    if (fidelity_.first_difference < 0) fidelity_.first_difference = static_cast<int64_t>(events_);
+  }
+}
+
+size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* sizes, const uint64_t* streams,
+                     const uint64_t* addrs, size_t n) {
   size_t i = 0;
   for (; i < n && !oom_; ++i, ++events_) {
     const uint64_t id = ids[i];
-    if (ops[i] == static_cast<uint8_t>(ReplayOp::kAlloc)) {
-      if (live_.count(id)) {
-        if (!skip_bad_events_) bad_event("alloc of id " + std::to_string(id) + ", which is already live");
-        ++skipped_;
-        continue;
-      }
-      try {
-        live_.emplace(id, allocator_->allocate(sizes[i], streams[i]));
-      } catch (const OutOfMemory& e) {
-        oom_ = std::make_unique<ReplayOom>(ReplayOom{events_, e.info(), e.what()});
+    switch (static_cast<ReplayOp>(ops[i])) {
+      case ReplayOp::kAlloc:
+      case ReplayOp::kFailedAlloc: {
+        const bool failed_on_gpu = ops[i] == static_cast<uint8_t>(ReplayOp::kFailedAlloc);
+        if (!failed_on_gpu && live_.count(id)) {
+          if (!skip_bad_events_) bad_event("alloc of id " + std::to_string(id) + ", which is already live");
+          ++skipped_;
+          continue;
+        }
+        allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, failed_on_gpu);
+        if (oom_) return i;
         break;
       }
-    } else if (ops[i] == static_cast<uint8_t>(ReplayOp::kFree)) {
-      auto it = live_.find(id);
-      if (it == live_.end()) {
-        if (!skip_bad_events_) bad_event("free of id " + std::to_string(id) + ", which is not live (never allocated, or freed twice)");
-        ++skipped_;
-        continue;
+      case ReplayOp::kFree: {
+        auto it = live_.find(id);
+        if (it == live_.end()) {
+          if (!skip_bad_events_) bad_event("free of id " + std::to_string(id) + ", which is not live (never allocated, or freed twice)");
+          ++skipped_;
+          continue;
+        }
+        allocator_->deallocate(it->second);
+        live_.erase(it);
+        break;
       }
-      allocator_->deallocate(it->second);
-      live_.erase(it);
-    } else {
-      bad_event("unknown operation code " + std::to_string(ops[i]));
+      case ReplayOp::kEmptyCache:
+        if (follow_recording_) break;
+        allocator_->empty_cache();
+        ++fidelity_.empty_cache_calls;
+        break;
+      case ReplayOp::kReleaseSegment:
+        if (!follow_recording_ || !addrs) break;
+        ++(allocator_->release_cached_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
+        break;
+      case ReplayOp::kSegmentAddress:
+        if (follow_recording_ && addrs && addrs[i]) {
+          device_->offer(addrs[i], sizes[i]);
+          offers_pending_ = true;
+        }
+        break;
+      default:
+        bad_event("unknown operation code " + std::to_string(ops[i]));
     }
     const DeviceStats& s = allocator_->stats_ref();
     sample(s.allocated_bytes[kAggregate].current, s.reserved_bytes[kAggregate].current);

@@ -1,12 +1,23 @@
 #include "core/sim_device.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace torchmem {
 
+// Note [Recorded addresses]
+// Best fit breaks ties between equal free blocks by address, so a replay
+// makes the GPU's decisions only if its segments sit where the GPU's did.
+// The replayer offers each recorded segment address just before the request
+// that made it; when the replay asks for the same size at that moment, the
+// segment lands at the recorded address and every later tie breaks the same
+// way. A refused offer means the replay has left the recording.
+
 namespace {
 constexpr uintptr_t kSimBase = uintptr_t(1) << 40;  // well away from 0
 constexpr uintptr_t kSimAlign = 2u << 20;
+
+uintptr_t align_up(uintptr_t n) { return (n + kSimAlign - 1) / kSimAlign * kSimAlign; }
 }  // namespace
 
 SimDevice::SimDevice(size_t capacity_bytes, size_t page_size, size_t in_use_by_others)
@@ -19,9 +30,31 @@ SimDevice::SimDevice(size_t capacity_bytes, size_t page_size, size_t in_use_by_o
   }
 }
 
-uintptr_t SimDevice::take_addresses(size_t size) {
+bool SimDevice::overlaps_live(uintptr_t addr, size_t size) const {
+  auto it = ranges_.upper_bound(addr);
+  if (it != ranges_.end() && it->first < addr + size) return true;
+  if (it == ranges_.begin()) return false;
+  --it;
+  return it->first + it->second > addr;
+}
+
+uintptr_t SimDevice::take_addresses(size_t size, bool reserving) {
+  const size_t want = reserving ? 0 : size;
+  auto offer = std::find_if(offers_.begin(), offers_.end(), [&](const Offer& o) { return (o.size == 0) == reserving; });
+  if (offer != offers_.end()) {
+    if (offer->size == want && !overlaps_live(offer->addr, size)) {
+      const uintptr_t addr = offer->addr;
+      offers_.erase(offer);
+      ++offers_taken_;
+      ranges_.emplace(addr, size);
+      return addr;
+    }
+    ++offers_refused_;
+  }
   uintptr_t addr = next_address_;
-  next_address_ += (size + kSimAlign - 1) / kSimAlign * kSimAlign + kSimAlign;
+  while (overlaps_live(addr, size + kSimAlign)) addr = align_up(addr + size + kSimAlign);
+  next_address_ = align_up(addr + size) + kSimAlign;
+  ranges_.emplace(addr, size);
   return addr;
 }
 
@@ -30,18 +63,19 @@ uintptr_t SimDevice::allocate(size_t size) {
   if (size == 0 || size > capacity_ - used_) return 0;
   used_ += size;
   ++live_;
-  return take_addresses(size);
+  return take_addresses(size, false);
 }
 
-void SimDevice::free(uintptr_t, size_t size) {
+void SimDevice::free(uintptr_t addr, size_t size) {
   std::lock_guard<std::mutex> lock(mutex_);
   used_ -= size;
   --live_;
+  ranges_.erase(addr);
 }
 
 uintptr_t SimDevice::reserve(size_t size) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return take_addresses(size);
+  return take_addresses(size, true);
 }
 
 bool SimDevice::map(uintptr_t, size_t size) {
@@ -56,7 +90,10 @@ void SimDevice::unmap(uintptr_t, size_t size) {
   used_ -= size;
 }
 
-void SimDevice::release(uintptr_t, size_t) {}
+void SimDevice::release(uintptr_t addr, size_t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ranges_.erase(addr);
+}
 
 size_t SimDevice::free_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -66,6 +103,43 @@ size_t SimDevice::free_bytes() const {
 size_t SimDevice::live_segments() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return live_;
+}
+
+void SimDevice::offer(uintptr_t addr, size_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (size == 0 && overlaps_live(addr, 1)) return;  // a map inside a range already reserved
+  offers_.push_back({addr, size});
+}
+
+size_t SimDevice::take_unused_offers() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t n = offers_.size();
+  offers_.clear();
+  return n;
+}
+
+bool SimDevice::adopt(uintptr_t addr, size_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (addr == 0 || size == 0 || size > capacity_ - used_ || overlaps_live(addr, size)) return false;
+  used_ += size;
+  ++live_;
+  ranges_.emplace(addr, size);
+  return true;
+}
+
+void SimDevice::set_address_floor(uintptr_t floor) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  next_address_ = std::max(next_address_, align_up(floor) + kSimAlign);
+}
+
+size_t SimDevice::offers_taken() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offers_taken_;
+}
+
+size_t SimDevice::offers_refused() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offers_refused_;
 }
 
 }  // namespace torchmem

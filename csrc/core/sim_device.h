@@ -3,10 +3,26 @@
 //
 // allocate() and map() count bytes against the capacity and fail (return
 // 0 / false) exactly when the request exceeds what is free, as cudaMalloc
-// does. Addresses are never reused, so a stale address cannot alias a new
-// segment. Addresses must never be dereferenced.
+// does. Addresses must never be dereferenced.
+//
+// Addresses. By default each allocate() or reserve() takes a fresh range
+// from a bump pointer; fresh ranges never overlap a live range and never
+// start below the address floor. To replay a recording exactly, a caller
+// may offer addresses (Note [Recorded addresses]):
+// - offer(addr, size) queues an address for the next allocate(size) (or,
+//   with size 0, for the next reserve() of any size; dropped at once when
+//   addr lies in a live range). A call takes the first
+//   queued offer of its kind when the size matches and the range overlaps no
+//   live range; otherwise it takes a fresh range. Offers never expire by
+//   themselves: take_unused_offers() drops them and says how many were left.
+// - adopt(addr, size) takes a segment at exactly `addr` (a segment that
+//   existed before the replay began); false when it overlaps a live range or
+//   exceeds what is free.
+// Thread safety: every method takes an internal mutex.
 #pragma once
 
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "core/device.h"
@@ -30,19 +46,39 @@ class SimDevice final : public Device {
   size_t total_bytes() const override { return capacity_; }
   size_t free_bytes() const override;
 
-  // Segments from allocate() not yet freed (for leak checks; mapped pages
-  // show in total_bytes() - free_bytes()).
+  // Segments from allocate() or adopt() not yet freed (for leak checks;
+  // mapped pages show in total_bytes() - free_bytes()).
   size_t live_segments() const;
 
+  // Recorded addresses: see the header comment.
+  void offer(uintptr_t addr, size_t size);
+  size_t take_unused_offers();
+  bool adopt(uintptr_t addr, size_t size);
+  // Fresh ranges start at or above `floor` (e.g. above every recorded address).
+  void set_address_floor(uintptr_t floor);
+  // allocate()/reserve() calls that took an offered address, and that took a
+  // fresh range although an offer was queued.
+  size_t offers_taken() const;
+  size_t offers_refused() const;
+
  private:
-  uintptr_t take_addresses(size_t size);
+  struct Offer {
+    uintptr_t addr;
+    size_t size;  // 0: a reserve() of any size
+  };
+  uintptr_t take_addresses(size_t size, bool reserving);
+  bool overlaps_live(uintptr_t addr, size_t size) const;
 
   const size_t capacity_;
   const size_t page_size_;
   mutable std::mutex mutex_;
-  size_t used_ = 0;          // bytes allocated or mapped
-  size_t live_ = 0;          // allocate() calls not yet freed
-  uintptr_t next_address_;   // bump pointer of the address space
+  size_t used_ = 0;                    // bytes allocated, adopted or mapped
+  size_t live_ = 0;                    // segments not yet freed
+  uintptr_t next_address_;             // bump pointer for fresh ranges
+  std::map<uintptr_t, size_t> ranges_; // live segments and reserved ranges, by start
+  std::deque<Offer> offers_;
+  size_t offers_taken_ = 0;
+  size_t offers_refused_ = 0;
 };
 
 }  // namespace torchmem

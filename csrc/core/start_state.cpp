@@ -1,0 +1,114 @@
+// Note [Start state]
+// Most snapshots recorded on a GPU begin mid-run: the model, the optimizer
+// and a warm-up step were in memory before recording began. A replay starts
+// from that state: the segments that existed then, the blocks live in them,
+// and every other byte of them cached as free blocks. A snapshot gives the
+// place of each such segment and block; it gives a block's size only when
+// the block is still live at the end. Otherwise the size comes from the
+// policy: the request rounded as the allocator rounds it, plus the tail the
+// allocator could not split off (a large-pool remainder of 1 MiB or less;
+// for a block of max_split_size or more, which is never split, a remainder
+// under max_non_split_rounding).
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "core/caching_allocator.h"
+
+namespace torchmem {
+
+namespace {
+
+std::string hex_address(uintptr_t addr) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
+  return buf;
+}
+
+std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
+
+}  // namespace
+
+void CachingAllocator::restore_segment(const RecordedSegment& seg) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (seg.size == 0 || seg.size % kMinBlockSize != 0 || seg.addr % kMinBlockSize != 0) {
+    throw std::invalid_argument("segment at " + hex_address(seg.addr) + ": size " + std::to_string(seg.size) +
+                                " or address is not a multiple of 512 bytes");
+  }
+  const uintptr_t end = seg.addr + seg.size;
+  // Sizes first, so that a bad block leaves the allocator unchanged.
+  std::vector<RecordedBlock> blocks = seg.live_blocks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    RecordedBlock& b = blocks[i];
+    const uintptr_t limit = i + 1 < blocks.size() ? blocks[i + 1].addr : end;
+    if (b.addr < seg.addr || b.addr >= limit || b.addr % kMinBlockSize != 0 || (i > 0 && b.addr < blocks[i - 1].addr + blocks[i - 1].size)) {
+      throw std::invalid_argument(where(b.addr) + " lies outside its segment, overlaps the block before it, or is unaligned");
+    }
+    const size_t space = limit - b.addr;
+    if (b.size == 0) {
+      b.size = round_size(std::max<size_t>(b.requested_size, 1));
+      const size_t tail = space >= b.size ? space - b.size : 0;
+      const bool unsplittable = b.size >= config_.max_split_size ? tail < config_.max_non_split_rounding : tail <= kSmallSize;
+      if (!seg.is_small && unsplittable) b.size = space;
+    }
+    if (b.size > space || b.size % kMinBlockSize != 0) {
+      throw std::invalid_argument(where(b.addr) + " (" + std::to_string(b.size) + " bytes) does not fit before " +
+                                  (i + 1 < blocks.size() ? where(limit) : std::string("the end of its segment")));
+    }
+  }
+  BlockPool& pool = seg.is_small ? small_blocks_ : large_blocks_;
+  std::vector<Block*> tiles;
+  auto add = [&](uintptr_t addr, size_t size, size_t requested, bool allocated) {
+    Block* b = make_block();
+    b->addr = addr;
+    b->size = size;
+    b->stream = seg.stream;
+    b->pool = &pool;
+    b->allocated = allocated;
+    b->requested_size = requested;
+    if (!tiles.empty()) {
+      b->prev = tiles.back();
+      tiles.back()->next = b;
+    }
+    tiles.push_back(b);
+  };
+  uintptr_t cursor = seg.addr;
+  for (const RecordedBlock& b : blocks) {
+    if (b.addr > cursor) add(cursor, b.addr - cursor, 0, false);
+    add(b.addr, b.size, b.requested_size, true);
+    cursor = b.addr + b.size;
+  }
+  if (cursor < end) add(cursor, end - cursor, 0, false);
+
+  total_reserved_ += seg.size;
+  for_pool_stats(seg.is_small, [&](size_t t) {
+    stats_.segment[t].increase(1);
+    stats_.reserved_bytes[t].increase(static_cast<int64_t>(seg.size));
+  });
+  if (seg.size >= config_.max_split_size) stats_.oversize_segments.increase(1);
+  const bool split = tiles.size() > 1;
+  for (Block* b : tiles) {
+    if (b->allocated) {
+      live_blocks_.emplace(b->addr, b);
+      for_pool_stats(seg.is_small, [&](size_t t) {
+        stats_.allocation[t].increase(1);
+        stats_.allocated_bytes[t].increase(static_cast<int64_t>(b->size));
+        stats_.active[t].increase(1);
+        stats_.active_bytes[t].increase(static_cast<int64_t>(b->size));
+        stats_.requested_bytes[t].increase(static_cast<int64_t>(b->requested_size));
+      });
+      if (b->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+    } else {
+      pool.insert(b);
+      if (split) {
+        for_pool_stats(seg.is_small, [&](size_t t) {
+          stats_.inactive_split[t].increase(1);
+          stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(b->size));
+        });
+      }
+    }
+  }
+}
+
+}  // namespace torchmem

@@ -1,0 +1,228 @@
+"""Exact replay of snapshots: start state, recorded addresses, OOM, empty_cache, streams, devices.
+
+Snapshots are written by torchmem's own allocator in PyTorch's format
+(tests/replay_recording.py), cut to begin mid-run, and replayed; the replay
+must put every allocation at its recorded address and end in the recorded
+final segments. tests/test_native_fixtures.py does the same against
+decisions PyTorch's allocator made on real GPUs.
+"""
+import pickle
+
+import pytest
+
+from replay_recording import GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout
+from torchmem import sim
+from torchmem.snapshot import snapshot_from_replay
+from torchmem.traces import TraceError
+
+
+def write(tmp_path, snapshot, name="snap.pickle"):
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(snapshot))
+    return str(path)
+
+
+def assert_exact(result, snapshot, device=0):
+    f = result.fidelity
+    assert f is not None, "a replay of a snapshot under its own settings follows the recording"
+    assert f["placements_differed"] == 0 and f["first_difference"] is None, f
+    assert f["segments_missed"] == 0, f
+    assert f["placements_matched"] == len(alloc_addresses(snapshot, device))
+    assert result.exact
+    result.replayer.check_invariants()
+    if result.completed:
+        final = [s for s in snapshot["segments"] if s.get("device", 0) == device]
+        assert segment_layout(result.segments) == segment_layout(final)
+
+
+@pytest.mark.parametrize("conf", ["", "max_split_size_mb:64", "roundup_power2_divisions:4", "expandable_segments:True"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_trace_from_empty_replays_address_by_address(tmp_path, conf, seed):
+    snap = record(random_workload(seed, 2500), conf, capacity=4 * GiB)
+    # The card's size: expandable segments reserve 9/8 of it per range, which fixes where the next range begins.
+    result = sim.replay(write(tmp_path, snap), capacity="4GiB", history=1 << 20)
+    assert result.conf_source == "recorded" and sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    assert_exact(result, snap)
+    replayed = snapshot_from_replay(result)
+    assert alloc_addresses(replayed) == alloc_addresses(snap)
+
+
+@pytest.mark.parametrize("conf", ["", "max_split_size_mb:64", "roundup_power2_divisions:4"])
+@pytest.mark.parametrize("cut", [1, 400, 1500, 3000])
+def test_run_recorded_mid_way_starts_from_the_rebuilt_state(tmp_path, conf, cut):
+    full = record(random_workload(7, 3000, empty_cache_every=700), conf)
+    snap = begin_mid_run(full, cut)
+    result = sim.replay(write(tmp_path, snap))
+    assert result.start is not None and result.start.segments, "memory was live when recording began"
+    assert_exact(result, snap)
+    # The rebuilt state is the allocator's state at the cut: same reserved bytes.
+    reserved_at_cut = sum(e["size"] * (1 if e["action"] == "segment_alloc" else -1)
+                          for e in full["device_traces"][0][:cut] if e["action"] in ("segment_alloc", "segment_free"))
+    assert result.start.reserved == reserved_at_cut
+
+
+def test_mid_run_without_the_start_state_would_not_be_exact(tmp_path):
+    """The comparison can fail: the same trace, starting empty, lands elsewhere."""
+    full = record(random_workload(7, 3000), "")
+    snap = begin_mid_run(full, 1500)
+    result = sim.replay(write(tmp_path, snap))
+    assert_exact(result, snap)
+    emptied = dict(snap, segments=[])
+    with pytest.raises(TraceError, match="lies in no segment|final segments show no live block"):
+        sim.replay(write(tmp_path, emptied, "empty.pickle"))
+
+
+def test_oom_is_reproduced_with_the_inferred_capacity(tmp_path):
+    snap = record(random_workload(3, 4000, large=0.5), "", capacity=3 * GiB)
+    ooms = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
+    assert len(ooms) == 1 and "device_free" in ooms[0]
+    for cut in (0, 900):
+        result = sim.replay(write(tmp_path, begin_mid_run(snap, cut)))
+        assert result.capacity_source == "oom" and result.capacity == 3 * GiB
+        assert not result.completed and result.oom["recorded"]
+        assert result.oom["size"] == ooms[0]["size"]
+        native = result.recorded_oom
+        assert native["reproduced"] and native["replay_reserved"] == native["reserved"]
+        assert result.to_json()["capacity_source"] == "oom"
+    # A bigger card completes the trace: the failed request succeeds and is freed.
+    bigger = sim.replay(write(tmp_path, snap), capacity="16GiB")
+    assert bigger.completed and bigger.capacity_source == "given"
+    assert bigger.fidelity["failed_alloc_succeeded"] is not None
+    assert not bigger.recorded_oom["reproduced"]
+
+
+def test_empty_cache_calls_are_replayed(tmp_path):
+    work = random_workload(5, 2000, empty_cache_every=300)
+    snap = record(work, "")
+    entries = snap["device_traces"][0]
+    releases = sum(e["action"] == "segment_free" for e in entries)
+    calls = sum(1 for a, b in zip(entries, entries[1:]) if b["action"] == "segment_free" and a["action"] != "segment_free")
+    assert calls >= 3
+    result = sim.replay(write(tmp_path, snap))
+    assert result.recorded.empty_cache_calls == calls
+    assert result.fidelity["releases_made"] == releases and result.fidelity["releases_missed"] == 0
+    assert_exact(result, snap)
+    # Under other settings the program's calls are replayed as empty_cache().
+    other = sim.replay(write(tmp_path, snap), conf="max_split_size_mb:100")
+    assert other.fidelity is None and other.replayer.fidelity["empty_cache_calls"] == calls
+    # Without them the replay keeps cached segments the GPU released, and drifts.
+    frees = [e for e in snap["device_traces"][0] if e["action"] == "segment_free"]
+    assert frees
+    kept = dict(snap, device_traces=[[e for e in snap["device_traces"][0] if e["action"] != "segment_free"]])
+    with pytest.raises(TraceError, match="missing from the final segments|final segments"):
+        sim.replay(write(tmp_path, kept, "kept.pickle"))
+
+
+def test_frees_take_effect_at_free_completed(tmp_path):
+    """Two streams: a block's free is requested early and completes late (record_stream)."""
+    work = []
+    for i in range(40):
+        work += [("alloc", 2 * i, 3 * MiB, 0), ("alloc", 2 * i + 1, 3 * MiB, 0)]
+        if i >= 1:
+            work.append(("free", 2 * (i - 1)))
+    snap = record(work, "")
+    entries = snap["device_traces"][0]
+    # Move each free_requested back to just after the alloc that preceded it by three allocs.
+    moved = []
+    pending = []
+    for e in entries:
+        if e["action"] == "free_requested":
+            pending.append(e)
+            continue
+        moved.append(e)
+    # Requests precede their completion by several entries: put each right after its block's alloc.
+    out = []
+    requests = {e["addr"]: [] for e in pending}
+    for e in pending:
+        requests[e["addr"]].append(e)
+    for e in moved:
+        out.append(e)
+        if e["action"] == "alloc" and requests.get(e["addr"]):
+            out.append(requests[e["addr"]].pop(0))
+    late = dict(snap, device_traces=[out])
+    result = sim.replay(write(tmp_path, late))
+    assert_exact(result, late)
+    # Freeing at free_requested instead would reuse blocks too early.
+    early = dict(late, device_traces=[[e for e in out if e["action"] != "free_completed"]])
+    diverged = sim.replay(write(tmp_path, early, "early.pickle"), skip_bad_events=True)
+    assert diverged.fidelity["placements_differed"] > 0 or diverged.notes
+
+
+def test_two_devices_default_to_the_one_with_an_oom(tmp_path):
+    a = record(random_workload(11, 800), "", device=0)
+    b = record(random_workload(12, 3000, large=0.6), "", capacity=2 * GiB, device=1)
+    both = {"segments": a["segments"] + b["segments"],
+            "device_traces": [a["device_traces"][0], b["device_traces"][1]],
+            "allocator_settings": a["allocator_settings"]}
+    path = write(tmp_path, both)
+    result = sim.replay(path)
+    assert result.recorded.device == 1 and result.recorded.devices == [(0, len(a["device_traces"][0])),
+                                                                       (1, len(b["device_traces"][1]))]
+    assert result.recorded_oom["reproduced"]
+    first = sim.replay(path, device=0)
+    assert first.recorded.device == 0 and first.completed
+    assert_exact(first, both, device=0)
+    with pytest.raises(TraceError, match="no device 2"):
+        sim.replay(path, device=2)
+
+
+def test_json_snapshot_reads_like_the_pickle(tmp_path):
+    import json
+
+    snap = begin_mid_run(record(random_workload(4, 1500), ""), 600)
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(snap))
+    result = sim.replay(str(path))
+    assert_exact(result, snap)
+
+
+def test_other_settings_replay_from_the_same_start_without_following(tmp_path):
+    snap = begin_mid_run(record(random_workload(9, 3000), ""), 1000)
+    path = write(tmp_path, snap)
+    result = sim.replay(path, conf="expandable_segments:True")
+    assert result.fidelity is None and not result.exact
+    assert result.start.reserved > 0
+    result.replayer.check_invariants()
+
+
+# --- bad input: a clear error naming the entry, or counted warnings --------------------------------
+
+def _entry(action, addr=1 << 40, size=512, **kw):
+    return dict(action=action, addr=addr, size=size, stream=0, time_us=0, frames=[], **kw)
+
+
+@pytest.mark.parametrize("entries, segments, fragment", [
+    ([_entry("teleport")], [], "entry 0: unknown action 'teleport'"),
+    ([_entry("oom")], [], "entry 0: oom entry without device_free"),
+    ([_entry("alloc", size=0)], [], "entry 0: alloc of 0 bytes"),
+    ([_entry("alloc", addr=-5)], [], "entry 0: addr must be a non-negative integer"),
+    (["not a dict"], [], "entry 0: not a trace entry"),
+    ([_entry("segment_alloc", size=2 * MiB), _entry("alloc")], [],
+     "never frees it, but the final segments show no live block there"),
+    ([_entry("segment_alloc", size=2 * MiB)], [], "missing from the final segments"),
+    ([_entry("free_completed")], [], "lies in no segment that existed then"),
+    ([_entry("segment_alloc", size=2 * MiB), _entry("alloc"), _entry("free_completed"), _entry("free_completed")], [],
+     "entry 3: free_completed of 0x10000000000, which is not allocated (freed twice)"),
+])
+def test_bad_snapshots_name_the_entry(tmp_path, entries, segments, fragment):
+    path = write(tmp_path, {"segments": segments, "device_traces": [entries]})
+    with pytest.raises(TraceError) as info:
+        sim.replay(path, "1GiB")
+    assert path in str(info.value) and fragment in str(info.value)
+    # --skip-bad-events turns each into a counted warning, never a crash.
+    result = sim.replay(path, "1GiB", skip_bad_events=True)
+    assert any("skipped" in n and "bad trace entries" in n for n in result.notes)
+
+
+def test_truncated_snapshot_pickle(tmp_path):
+    data = pickle.dumps(record(random_workload(1, 200), ""))
+    path = tmp_path / "t.pickle"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match="truncated file"):
+        sim.replay(str(path))
+
+
+def test_capacity_below_the_start_state_is_a_clear_error(tmp_path):
+    snap = begin_mid_run(record(random_workload(7, 3000), ""), 2000)
+    with pytest.raises(ValueError, match="smaller than the memory held when recording began"):
+        sim.replay(write(tmp_path, snap), capacity="64MiB")

@@ -1,0 +1,25 @@
+"""Replay allocation traces on a simulated GPU: exactly as recorded, or under other settings.
+
+``replay()`` runs a trace (a snapshot written on a GPU, JSON lines, or event
+dicts) through torchmem's caching allocator on a simulated device;
+``advise()`` finds the settings under which it fits in the least memory.
+``torchmem.sim`` is the same module under its earlier name.
+"""
+from torchmem.replay.runner import (
+    MAX_TIMELINE_POINTS,
+    ReplayResult,
+    as_trace,
+    compare,
+    gib,
+    normalize_conf,
+    parse_bytes,
+    parse_capacity,
+    replay,
+)
+from torchmem.replay.snapshot_trace import RecordedRun, StartState, recorded_conf, snapshot_trace
+from torchmem.traces import Trace, TraceError, from_events, load_trace
+
+__all__ = [
+    "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",
+    "from_events", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
+]

@@ -1,0 +1,322 @@
+"""Replay an allocation trace on a simulated GPU of any size.
+
+The replay runs torchmem's caching allocator itself on a simulated device
+(an address space with a capacity and nothing behind it), so a trace
+recorded on an 80 GiB GPU reproduces its fragmentation out-of-memory on a
+laptop, and fixes (expandable segments, split limits, rounding, garbage
+collection) can be tried in seconds::
+
+    from torchmem import sim
+    result = sim.replay("snapshot.pickle")      # exactly what happened on the GPU
+    print(result.explain())
+    for row in sim.compare("snapshot.pickle", ["", "expandable_segments:True"], capacity="80GiB"):
+        print(row.summary())
+
+A snapshot replays exactly by default: its recorded settings, the memory
+live when recording began, every segment at its recorded address, the
+program's empty_cache() calls, and the capacity its OOM implies.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from torchmem import _C
+from torchmem.traces import Trace, TraceError, from_events, load_trace
+
+MAX_TIMELINE_POINTS = 4000
+
+
+@dataclass
+class ReplayResult:
+    """What happened when a trace was replayed under one config."""
+
+    conf: str
+    capacity: int
+    in_use_by_others: int
+    completed: bool
+    events: int
+    seconds: float
+    peak_allocated: int
+    peak_reserved: int
+    oom: dict | None
+    timeline: np.ndarray  # rows of (event index, allocated, reserved), peaks per window
+    stats: dict = field(repr=False, default_factory=dict)
+    segments: list = field(repr=False, default_factory=list)
+    skipped: int = 0
+    notes: list[str] = field(default_factory=list)
+    replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
+    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM) or "default"
+    conf_source: str = "given"       # "given", "recorded" (the snapshot's allocator_settings) or "default"
+    start: Any = None                # StartState of a snapshot recorded mid-run
+    recorded: Any = None             # RecordedRun: what the snapshot says (device, OOM, settings)
+    fidelity: dict | None = None     # placements and segments matched, for a replay that follows a recording
+
+    @property
+    def follows_recording(self) -> bool:
+        """True when this replay was asked to make the recording's own decisions."""
+        return self.fidelity is not None
+
+    @property
+    def exact(self) -> bool:
+        """Every allocation at its recorded address and every recorded segment taken."""
+        f = self.fidelity
+        return bool(f) and f["placements_differed"] == 0 and f["segments_missed"] == 0
+
+    @property
+    def recorded_oom(self) -> dict | None:
+        """The recording's OOM and whether the replay reproduced it (request and reserved bytes)."""
+        if self.recorded is None or self.recorded.oom is None:
+            return None
+        native = self.recorded.oom
+        out = {"size": native["size"], "reserved": native["reserved"], "device_free": native["device_free"],
+               "entry": native["entry"], "reproduced": False, "replay_reserved": None}
+        if self.oom and self.oom.get("recorded"):
+            out["replay_reserved"] = self.oom["reserved"]
+            out["reproduced"] = self.oom["size"] == native["size"] and self.oom["reserved"] == native["reserved"]
+        return out
+
+    def to_json(self) -> dict:
+        oom = None
+        if self.oom:
+            oom = {k: self.oom[k] for k in ("index", "size", "allocated", "reserved", "reserved_but_free", "largest_free", "message", "recorded")}
+        return {
+            "conf": self.conf,
+            "capacity": self.capacity,
+            "in_use_by_others": self.in_use_by_others,
+            "completed": self.completed,
+            "oom": oom,
+            "peak_allocated": self.peak_allocated,
+            "peak_reserved": self.peak_reserved,
+            "events": self.events,
+            "seconds": round(self.seconds, 4),
+            "num_alloc_retries": self.stats.get("num_alloc_retries", 0),
+            "num_device_alloc": self.stats.get("num_device_alloc", 0),
+            "skipped_events": self.skipped,
+            "notes": self.notes,
+            "capacity_source": self.capacity_source,
+            "conf_source": self.conf_source,
+            "device": self.recorded.device if self.recorded else None,
+            "start_state": None if self.start is None else {
+                "segments": len(self.start.segments), "live_blocks": self.start.live_blocks,
+                "reserved": self.start.reserved, "requested": self.start.requested},
+            "recorded_oom": self.recorded_oom,
+            "fidelity": self.fidelity,
+            "exact": self.exact,
+        }
+
+    def summary(self) -> str:
+        conf = self.conf or "(default)"
+        if self.completed:
+            outcome = "completed"
+        else:
+            o = self.oom
+            outcome = f"OOM at event {o['index']:,}: {gib(o['size'])} refused ({gib(o['allocated'])} allocated, {gib(o['reserved'])} reserved)"
+        return f"{conf:<40} peak allocated {gib(self.peak_allocated):>10}, peak reserved {gib(self.peak_reserved):>10}: {outcome}"
+
+    def explain(self) -> str:
+        """Why the replay ran out of memory (or that it did not), in words."""
+        if self.completed:
+            return (f"Completed {self.events:,} events on {gib(self.capacity)}: peak allocated {gib(self.peak_allocated)}, "
+                    f"peak reserved {gib(self.peak_reserved)} (cache overhead {gib(self.peak_reserved - self.peak_allocated)}).")
+        o = self.oom
+        free_device = o["device_free"]
+        lines = [
+            f"Out of memory at event {o['index']:,}: a request for {gib(o['size'])} was refused.",
+            f"  allocated          {gib(o['allocated']):>10}  (live tensors)",
+            f"  reserved           {gib(o['reserved']):>10}  (held from the device)",
+            f"  reserved but free  {gib(o['reserved_but_free']):>10}  (cached, in {self._free_block_count()} free blocks)",
+            f"  largest free block {gib(o['largest_free']):>10}",
+            f"  device free        {gib(free_device):>10}  of {gib(self.capacity)}"
+            + (f" ({gib(self.in_use_by_others)} held outside PyTorch)" if self.in_use_by_others else ""),
+        ]
+        if o["reserved_but_free"] >= o["size"] > o["largest_free"]:
+            lines.append(
+                f"Fragmentation: {gib(o['reserved_but_free'])} are free inside reserved segments, more than the request, "
+                f"but no free block is large enough, and the segments that hold them also hold live tensors, so they "
+                f"cannot be released. Try expandable_segments:True (free pages are unmapped and the range grows in place), "
+                f"or max_split_size_mb to stop large cached blocks from being split."
+            )
+        else:
+            lines.append("Not fragmentation: the live tensors themselves need more memory than the device has.")
+        return "\n".join(lines)
+
+    def _free_block_count(self) -> int:
+        return sum(1 for s in self.segments for b in s["blocks"] if not b["allocated"])
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = False) -> int:
+    """Bytes from an int or a string like "80GiB"; ValueError if negative (or zero)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} must be bytes or a string like '80GiB', not {type(value).__name__}")
+    n = value if isinstance(value, int) else _C.parse_size(value)
+    if n < 0 or (n == 0 and not allow_zero):
+        raise ValueError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+    return n
+
+
+def parse_capacity(capacity: int | str) -> int:
+    return parse_bytes(capacity, "capacity")
+
+
+def as_trace(trace: Trace | str | Iterable[dict], device: int | None = None, skip_bad_events: bool = False) -> Trace:
+    if isinstance(trace, Trace):
+        if device is not None and trace.recorded is not None and trace.recorded.device != device:
+            raise ValueError(f"{trace.name}: loaded for device {trace.recorded.device}, not {device}; load it again")
+        return trace
+    if isinstance(trace, (str, bytes)) or hasattr(trace, "__fspath__"):
+        return load_trace(os.fsdecode(trace), device=device, skip_bad_events=skip_bad_events)
+    if device is not None:
+        raise ValueError("device applies to snapshots only")
+    return from_events(trace)
+
+
+def normalize_conf(conf: str) -> str:
+    """The config with only the keys that differ from the defaults, in a fixed order."""
+    return _C.parse_config(conf)
+
+
+def replay(
+    trace: Trace | str | Iterable[dict],
+    capacity: int | str | None = None,
+    conf: str | None = None,
+    *,
+    device: int | None = None,
+    skip_bad_events: bool = False,
+    progress: Callable[[int], None] | None = None,
+    history: int = 0,
+    in_use_by_others: int | str = 0,
+    follow_recording: bool | None = None,
+) -> ReplayResult:
+    """Replay `trace` through the caching allocator on a simulated device.
+
+    A snapshot with nothing else given replays exactly what happened on its
+    GPU (see the module docstring); give `capacity` or `conf` to ask what
+    would happen on another card or under other settings.
+
+    Args:
+        trace: a Trace, a path (snapshot pickle, JSON snapshot or JSON lines), or event dicts.
+        capacity: device size in bytes or as "80GiB". Default: for a snapshot
+            with an OOM, the memory the process could hold (reserved at the OOM
+            plus its device_free); else 80 GiB.
+        conf: allocator config, e.g. "expandable_segments:True". Default: a
+            snapshot's recorded allocator_settings, else PyTorch's defaults.
+        device: which device of a snapshot (default: the one with an OOM,
+            else the first with events).
+        skip_bad_events: skip (and count) bad events instead of raising.
+        progress: called with the number of events done after each chunk.
+        history: keep this many history entries (for snapshots of the replay).
+        in_use_by_others: bytes of the device held outside PyTorch's allocator
+            (CUDA context, NCCL buffers, other processes), e.g. "6GiB".
+        follow_recording: offer each recorded segment address to the device
+            and compare every placement with the recording. Default: when the
+            config is the recorded one.
+    """
+    trace = as_trace(trace, device, skip_bad_events)
+    recorded = trace.recorded
+    capacity_source = "given"
+    if capacity is None:
+        if recorded is not None and recorded.capacity is not None:
+            capacity, capacity_source = recorded.capacity, "oom"
+        else:
+            capacity, capacity_source = "80GiB", "default"
+    capacity = parse_capacity(capacity)
+    conf_source = "given"
+    if conf is None:
+        if recorded is not None and recorded.conf is not None:
+            conf, conf_source = recorded.conf, "recorded"
+        else:
+            conf, conf_source = "", "default"
+    if not isinstance(conf, str):
+        raise TypeError(f"conf must be a string like 'expandable_segments:True', not {type(conf).__name__}")
+    _C.parse_config(conf)  # validates; names the bad key
+    conf = conf.strip()
+    if follow_recording is None:
+        follow_recording = recorded is not None and normalize_conf(conf) == normalize_conf(recorded.conf or "")
+    follow_recording = bool(follow_recording and recorded is not None)
+    sample_every = max(1, (trace.total or 0) // MAX_TIMELINE_POINTS) if trace.total else 256
+    others = parse_bytes(in_use_by_others, "in_use_by_others", allow_zero=True)
+    if others >= capacity:
+        raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
+    replayer = _C.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)
+    if history:
+        replayer.enable_history(history)
+    if recorded is not None:
+        replayer.set_address_floor(recorded.max_address)
+    if trace.start is not None:
+        for seg in trace.start.segments:
+            try:
+                replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
+            except ValueError as exc:
+                if "does not fit in the capacity" in str(exc):
+                    raise ValueError(
+                        f"{trace.name}: the capacity ({gib(capacity)}) is smaller than the memory held when "
+                        f"recording began ({gib(trace.start.reserved + others)} with what others hold)") from None
+                raise TraceError(f"{trace.name}: start state: {exc}") from None
+    start = time.perf_counter()
+    for chunk in trace.chunks():
+        try:
+            replayer.run(chunk.ops, chunk.ids, chunk.sizes, chunk.streams, chunk.addrs)
+        except ValueError as exc:
+            raise TraceError(f"{trace.name}: {exc}") from None
+        if progress:
+            progress(replayer.events)
+        if replayer.stopped:
+            break
+    seconds = time.perf_counter() - start
+    stats = replayer.stats()
+    timeline = _downsample(replayer.timeline(), MAX_TIMELINE_POINTS)
+    result = ReplayResult(
+        conf=conf,
+        capacity=capacity,
+        in_use_by_others=others,
+        completed=not replayer.stopped,
+        events=replayer.events,
+        seconds=seconds,
+        peak_allocated=stats["allocated_bytes"]["all"]["peak"],
+        peak_reserved=stats["reserved_bytes"]["all"]["peak"],
+        oom=replayer.oom,
+        timeline=timeline,
+        stats=stats,
+        segments=replayer.segments(),
+        skipped=replayer.skipped,
+        notes=list(trace.notes),
+        replayer=replayer,
+        capacity_source=capacity_source,
+        conf_source=conf_source,
+        start=trace.start,
+        recorded=recorded,
+        fidelity=replayer.fidelity if follow_recording else None,
+    )
+    return result
+
+
+def compare(
+    trace: Trace | str | Iterable[dict],
+    confs: Sequence[str],
+    capacity: int | str | None = "80GiB",
+    **kwargs: Any,
+) -> list[ReplayResult]:
+    """Replay the same trace under each config; one result per config."""
+    trace = as_trace(trace, kwargs.pop("device", None), kwargs.get("skip_bad_events", False))
+    if not confs:
+        raise ValueError("compare needs at least one config")
+    return [replay(trace, capacity, conf, **kwargs) for conf in confs]
+
+
+def _downsample(timeline: np.ndarray, points: int) -> np.ndarray:
+    if len(timeline) <= points:
+        return timeline
+    group = -(-len(timeline) // points)
+    pad = (-len(timeline)) % group
+    padded = np.concatenate([timeline, np.repeat(timeline[-1:], pad, axis=0)]) if pad else timeline
+    blocks = padded.reshape(-1, group, 3)
+    return np.stack([blocks[:, -1, 0], blocks[:, :, 1].max(axis=1), blocks[:, :, 2].max(axis=1)], axis=1)
