@@ -28,6 +28,13 @@ def plot_replays(results: Sequence, path: str, title: str = "") -> None:
             ax.step(x, resv, where="post", color="tab:orange", label="reserved")
             ax.step(x, alloc, where="post", color="tab:blue", label="allocated")
         ax.axhline(r.capacity / gib, color="black", lw=0.8, ls="--", label="capacity")
+        start = getattr(r, "start", None)
+        if start is not None and start.segments:
+            ax.axhline(start.reserved / gib, color="tab:gray", lw=0.8, ls=":", label="reserved when recording began")
+            ax.annotate(f"rebuilt start: {start.reserved / gib:.2f} GiB in {len(start.segments)} segments, "
+                        f"{start.live_blocks} live blocks", xy=(0, start.reserved / gib), xytext=(4, -4),
+                        textcoords="offset points", va="top", fontsize=8, color="dimgray",
+                        bbox=dict(fc="white", ec="none", alpha=0.8, pad=1))
         if r.oom:
             ax.axvline(r.oom["index"], color="red", lw=1.2)
             ax.annotate(
@@ -38,7 +45,11 @@ def plot_replays(results: Sequence, path: str, title: str = "") -> None:
         status = "completed" if r.completed else "out of memory"
         ax.set_title(f"{r.conf or 'default config'}: {status}", fontsize=10, loc="left")
         ax.set_ylabel("GiB")
-        ax.set_ylim(0, r.capacity / gib * 1.08)
+        peak = max(r.peak_reserved, r.oom["reserved"] + r.oom["size"] if r.oom else 0) / gib
+        top = r.capacity / gib if r.capacity / gib < 2 * peak else 1.3 * peak  # a far capacity stays off the chart
+        if top < r.capacity / gib:
+            ax.set_title(f"capacity {r.capacity / gib:.0f} GiB, above the chart", fontsize=9, loc="right")
+        ax.set_ylim(0, top * 1.08)
     axes[0, 0].legend(loc="lower right", fontsize=8, ncol=4)
     axes[-1, 0].set_xlabel("event")
     if title:

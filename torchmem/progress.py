@@ -7,14 +7,14 @@ from typing import Callable, Iterator
 
 
 @contextlib.contextmanager
-def progress_bar(total: int | None, desc: str, disable: bool = False) -> Iterator[Callable[[int], None]]:
+def progress_bar(total: int | None, desc: str, disable: bool = False, unit: str = "ev") -> Iterator[Callable[[int], None]]:
     """Yields update(done): report the absolute number of items done."""
     if disable or not sys.stderr.isatty():
         yield lambda done: None
         return
     from tqdm import tqdm
 
-    with tqdm(total=total, desc=desc, unit="ev", unit_scale=True, file=sys.stderr) as bar:
+    with tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "ev", file=sys.stderr) as bar:
         def update(done: int) -> None:
             bar.update(done - bar.n)
 

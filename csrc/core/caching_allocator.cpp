@@ -232,7 +232,10 @@ bool CachingAllocator::release_available_cached_blocks(const Request& r) {
   key.stream = r.stream;
   key.size = std::max(r.size, config_.max_split_size);
   auto it = pool.blocks.lower_bound(&key);
-  if (it != pool.blocks.end() && (*it)->stream == r.stream && !(*it)->expandable) {
+  // Only whole cached segments can go back to the device. Under the native
+  // policy a free block of max_split_size or more always is one; a state
+  // rebuilt from a recording made under other settings may hold split ones.
+  if (it != pool.blocks.end() && (*it)->stream == r.stream && !(*it)->expandable && !(*it)->is_split()) {
     release_block(*it);
     return true;
   }
@@ -243,7 +246,7 @@ bool CachingAllocator::release_available_cached_blocks(const Request& r) {
     auto cur = it;
     const bool is_first = cur == pool.blocks.begin();
     if (!is_first) --it;
-    if (!(*cur)->expandable) {
+    if (!(*cur)->expandable && !(*cur)->is_split()) {
       released += (*cur)->size;
       release_block(*cur);
     }

@@ -10,21 +10,71 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "replay",
         help="replay an allocation trace on a simulated device",
-        description="Replay a trace (a PyTorch or torchmem snapshot pickle, or JSON lines of "
+        description="Replay a trace (a PyTorch or torchmem snapshot, pickle or JSON, or JSON lines of "
         '{"op": "alloc"|"free", "id": N, "size": BYTES, "stream": S}) through torchmem\'s caching '
-        "allocator on a simulated device, to reproduce out-of-memory errors and try fixes.",
+        "allocator on a simulated device. A snapshot with nothing else given replays exactly what happened "
+        "on its GPU: its settings, the memory live when recording began, every address, its OOM.",
     )
     p.add_argument("trace", help="trace file")
-    p.add_argument("--capacity", default="80GiB", help="device capacity (default 80GiB)")
+    p.add_argument("--capacity", default=None,
+                   help="device capacity (default: from the snapshot's OOM, else 80GiB)")
     p.add_argument("--in-use-by-others", default="0", help="memory held outside PyTorch, e.g. 2GiB (default 0)")
-    p.add_argument("--conf", default="", help="allocator config, e.g. expandable_segments:True")
+    p.add_argument("--conf", default=None, help="allocator config (default: the snapshot's recorded settings)")
     p.add_argument("--compare", nargs="+", metavar="CONF", default=None, help="also replay under these configs ('' = default)")
-    p.add_argument("--device", type=int, default=None, help="device index in a snapshot with several")
-    p.add_argument("--skip-bad-events", action="store_true", help="skip frees of unknown ids with a warning instead of failing")
+    p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM, else the first with events)")
+    p.add_argument("--skip-bad-events", action="store_true", help="skip bad events with a counted warning instead of failing")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list with --compare)")
     p.add_argument("--plot", metavar="FILE.png", help="draw allocated and reserved over the trace")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def describe(result, trace, path: str) -> str:
+    """What was rebuilt, what was assumed, how closely the recording was followed."""
+    from torchmem.replay import gib
+
+    lines = []
+    rec = result.recorded
+    if rec is not None:
+        devices = ", ".join(f"device {d}: {n:,} entries" + (" (replayed)" if d == rec.device else "")
+                            for d, n in rec.devices) or "no device has entries"
+        lines.append(f"Snapshot {path}: {devices}.")
+        if len(rec.devices) > 1:
+            lines.append("  Replay another with --device N.")
+        described = result.start.describe()
+        lines.append(f"  {described[0].upper()}{described[1:]}.")
+    sources = {
+        "oom": "reserved at the recorded OOM plus its device_free",
+        "given": "given",
+        "default": "the default; give --capacity for your card" + (" (the snapshot has no OOM)" if rec else ""),
+    }
+    lines.append(f"  Capacity {gib(result.capacity)}: {sources[result.capacity_source]}.")
+    conf_sources = {"recorded": "the snapshot's allocator_settings", "given": "given",
+                    "default": "PyTorch's defaults" + (" (the snapshot does not record its settings)" if rec else "")}
+    lines.append(f"  Settings {result.conf or '(defaults)'}: {conf_sources[result.conf_source]}.")
+    f = result.fidelity
+    if f is not None:
+        total = f["placements_matched"] + f["placements_differed"]
+        if result.exact:
+            lines.append(f"  Followed the recording exactly: all {total:,} allocations at their recorded addresses, "
+                         f"{f['segments_followed']:,} new segments where the GPU put them, "
+                         f"empty_cache() called {rec.empty_cache_calls} time{'s' if rec.empty_cache_calls != 1 else ''}.")
+        else:
+            where = f"first at trace entry {f['first_difference_entry']:,}" if f.get("first_difference_entry") is not None else ""
+            lines.append(f"  Left the recording: {f['placements_matched']:,} of {total:,} allocations at their recorded "
+                         f"addresses ({where}); {f['segments_missed']} recorded segment addresses not taken.")
+    oom = result.recorded_oom
+    if oom is not None:
+        if oom["reproduced"]:
+            lines.append(f"  The recorded OOM is reproduced: {gib(oom['size'])} refused with {gib(oom['reserved'])} reserved, "
+                         "as on the GPU.")
+        elif result.completed or result.fidelity and result.fidelity["failed_alloc_succeeded"] is not None:
+            lines.append(f"  The recorded OOM ({gib(oom['size'])} with {gib(oom['reserved'])} reserved) does not happen here.")
+        else:
+            lines.append(f"  The recorded OOM ({gib(oom['size'])}) is not reproduced as recorded.")
+    for note in result.notes:
+        lines.append(f"  Note: {note}.")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,30 +82,38 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
     from torchmem.traces import load_trace
 
-    trace = load_trace(args.trace, device=args.device)
+    trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
     confs = [args.conf] + (args.compare or [])
     results = []
     for conf in confs:
-        with progress_bar(trace.total, f"replay {conf or 'default'}", disable=args.no_progress or args.json) as update:
+        label = conf if conf is not None else "as recorded"
+        with progress_bar(trace.total, f"replay {label or 'default'}", disable=args.no_progress or args.json) as update:
             results.append(
                 sim.replay(
                     trace, args.capacity, conf, skip_bad_events=args.skip_bad_events,
                     progress=update, in_use_by_others=args.in_use_by_others,
                 )
             )
-    for note in results[0].notes:
-        print(f"note: {note}", file=sys.stderr)
     if results[0].skipped:
         print(f"warning: skipped {results[0].skipped} bad events", file=sys.stderr)
     if args.json:
         out = [r.to_json() for r in results]
         print(json.dumps(out if args.compare else out[0], indent=2))
     else:
-        print(results[0].explain())
+        first = results[0]
+        if trace.recorded is not None:
+            print(describe(first, trace, args.trace))
+            print()
+        elif first.notes:
+            for note in first.notes:
+                print(f"note: {note}", file=sys.stderr)
+        print(first.explain())
         if len(results) > 1:
             print()
             for r in results:
                 print(r.summary())
+        if not first.completed:
+            print(f"\nWhich setting avoids it, and how much memory each needs: torchmem advise {args.trace}")
     if args.plot:
         from torchmem.plots import plot_replays
 

@@ -23,3 +23,6 @@ __all__ = [
     "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",
     "from_events", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
 ]
+from torchmem.replay.advise import Advice, advise, candidates  # noqa: E402
+
+__all__ += ["Advice", "advise", "candidates"]

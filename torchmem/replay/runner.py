@@ -83,7 +83,8 @@ class ReplayResult:
     def to_json(self) -> dict:
         oom = None
         if self.oom:
-            oom = {k: self.oom[k] for k in ("index", "size", "allocated", "reserved", "reserved_but_free", "largest_free", "message", "recorded")}
+            oom = {k: self.oom.get(k) for k in ("index", "entry", "size", "allocated", "reserved", "reserved_but_free",
+                                                "largest_free", "message", "recorded")}
         return {
             "conf": self.conf,
             "capacity": self.capacity,
@@ -125,8 +126,9 @@ class ReplayResult:
                     f"peak reserved {gib(self.peak_reserved)} (cache overhead {gib(self.peak_reserved - self.peak_allocated)}).")
         o = self.oom
         free_device = o["device_free"]
+        where = f"trace entry {o['entry']:,}" if o.get("entry") is not None else f"event {o['index']:,}"
         lines = [
-            f"Out of memory at event {o['index']:,}: a request for {gib(o['size'])} was refused.",
+            f"Out of memory at {where}: a request for {gib(o['size'])} was refused.",
             f"  allocated          {gib(o['allocated']):>10}  (live tensors)",
             f"  reserved           {gib(o['reserved']):>10}  (held from the device)",
             f"  reserved but free  {gib(o['reserved_but_free']):>10}  (cached, in {self._free_block_count()} free blocks)",
@@ -273,6 +275,13 @@ def replay(
             break
     seconds = time.perf_counter() - start
     stats = replayer.stats()
+    oom = replayer.oom
+    fidelity = replayer.fidelity if follow_recording else None
+    if recorded is not None:
+        if oom is not None:
+            oom["entry"] = recorded.entry_of(oom["index"])
+        if fidelity is not None:
+            fidelity["first_difference_entry"] = recorded.entry_of(fidelity["first_difference"])
     timeline = _downsample(replayer.timeline(), MAX_TIMELINE_POINTS)
     result = ReplayResult(
         conf=conf,
@@ -283,7 +292,7 @@ def replay(
         seconds=seconds,
         peak_allocated=stats["allocated_bytes"]["all"]["peak"],
         peak_reserved=stats["reserved_bytes"]["all"]["peak"],
-        oom=replayer.oom,
+        oom=oom,
         timeline=timeline,
         stats=stats,
         segments=replayer.segments(),
@@ -294,7 +303,7 @@ def replay(
         conf_source=conf_source,
         start=trace.start,
         recorded=recorded,
-        fidelity=replayer.fidelity if follow_recording else None,
+        fidelity=fidelity,
     )
     return result
 

@@ -86,6 +86,13 @@ class RecordedRun:
     empty_cache_calls: int = 0
     entries: int = 0
     max_address: int = 0
+    event_entries: Any = None                # numpy: the trace entry each replay event comes from
+
+    def entry_of(self, event: int | None) -> int | None:
+        """The trace entry of replay event `event`."""
+        if event is None or self.event_entries is None or not 0 <= event < len(self.event_entries):
+            return None
+        return int(self.event_entries[event])
 
 
 def recorded_conf(settings: Any) -> str | None:
@@ -126,12 +133,16 @@ class _Columns:
         self.sizes: list[int] = []
         self.streams: list[int] = []
         self.addrs: list[int] = []
+        self.entries: list[int] = []  # the trace entry each event comes from
+        self.entry = 0
 
     def insert(self, position: int, op: int) -> None:
-        for column, value in ((self.ops, op), (self.ids, 0), (self.sizes, 0), (self.streams, 0), (self.addrs, 0)):
+        for column, value in ((self.ops, op), (self.ids, 0), (self.sizes, 0), (self.streams, 0), (self.addrs, 0),
+                              (self.entries, self.entries[position] if position < len(self.entries) else self.entry)):
             column.insert(position, value)
 
     def add(self, op: int, id_: int = 0, size: int = 0, stream: int = 0, addr: int = 0) -> None:
+        self.entries.append(self.entry)
         self.ops.append(op)
         self.ids.append(id_)
         self.sizes.append(size)
@@ -206,6 +217,7 @@ class _Builder:
         self.segment_after_release = False
 
     def entry(self, i: int, entry: Any, free_action: str) -> None:
+        self.cols.entry = i
         if not isinstance(entry, dict) or "action" not in entry:
             return self.bad_entry(i, "not a trace entry (expected a dict with an 'action')")
         action = entry["action"]
@@ -318,6 +330,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     b.settle_release(None)
     start = _start_state(snapshot, b)
     conf = recorded_conf(snapshot.get("allocator_settings"))
+    _resolve_block_sizes(start, conf or "", name, b)
     capacity = None
     oom = None
     if b.oom is not None:
@@ -326,7 +339,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         capacity = oom["reserved"] + oom["device_free"]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom,
-                           empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address)
+                           empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
+                           event_entries=np.asarray(b.cols.entries, dtype=np.int64))
     notes = []
     if b.bad:
         notes.append(f"skipped {b.bad} bad trace entries")
@@ -453,3 +467,24 @@ def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _
                 first = (a, i)
         out.append(first[0] - addr if first else 0)
     return out
+
+
+def _resolve_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> None:
+    """Fixes the sizes still unknown (0) by the recorded settings' rules, once: a replay under
+    other settings must start from the blocks the recorded ones made."""
+    from torchmem import _C
+
+    for seg in start.segments:
+        if all(size for _, size, _ in seg.blocks):
+            continue
+        probe = _C.Replayer(seg.size + (2 << 20), 0, conf)
+        try:
+            probe.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
+        except ValueError as exc:
+            if not b.skip:
+                raise TraceError(f"{name}: device {b.device}: the state when recording began: {exc}") from None
+            b.bad += 1
+            seg.blocks, seg.ids = [], []
+            continue
+        sizes = {blk["address"]: blk["size"] for s in probe.segments() for blk in s["blocks"] if blk["allocated"]}
+        seg.blocks = [(addr, sizes[addr], requested) for addr, _, requested in seg.blocks]

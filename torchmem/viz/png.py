@@ -69,6 +69,12 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
                     xy=(xo, top * 0.98), xytext=(-6, 0), textcoords="offset points", ha="right", va="top",
                     color=COLORS["oom"], fontsize=8.5,
                     bbox=dict(boxstyle="round,pad=0.3", fc="white", ec=COLORS["oom"], lw=0.6, alpha=0.9))
+    if len(t.reserved) and t.reserved[0] > 0:  # recorded mid-run: the state when recording began, rebuilt
+        ax.axhline(t.reserved[0] / scale, color="gray", lw=0.8, ls=":")
+        ax.annotate(f"when recording began: {fmt_bytes(int(t.reserved[0]))} reserved, "
+                    f"{fmt_bytes(int(t.allocated[0]))} allocated (rebuilt from the final segments)",
+                    xy=(x_all[0], t.reserved[0] / scale), xytext=(4, -4), textcoords="offset points",
+                    va="top", fontsize=8, color="gray", bbox=dict(fc="white", ec="none", alpha=0.8, pad=1))
     peak_gap = int((t.reserved - t.allocated).max())
     ax.set_ylim(0, top * 1.12)
     span = float(x_all[-1] - x_all[0]) if len(x_all) > 1 else 1.0

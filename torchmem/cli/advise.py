@@ -1,0 +1,61 @@
+"""`torchmem advise`: which allocator setting fits a trace in the least memory."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "advise",
+        help="find the allocator setting under which a trace needs the least memory",
+        description="Replay a trace (a snapshot written on a GPU, or JSON lines) under candidate settings "
+        "(the recorded one, expandable segments, max_split_size_mb, garbage collection, "
+        "roundup_power2_divisions, and pairs that help) and give, for each, the smallest capacity at which "
+        "the trace completes (to 2 MiB), its peak reserved, and whether it completes at the snapshot's capacity.",
+    )
+    p.add_argument("trace", help="trace file")
+    p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM)")
+    p.add_argument("--capacity", default=None, help="reference capacity (default: the snapshot's, else 80GiB)")
+    p.add_argument("--try", dest="extra", nargs="+", metavar="CONF", default=[], help="more settings to try")
+    p.add_argument("--in-use-by-others", default="0", help="memory held outside PyTorch, e.g. 2GiB (default 0)")
+    p.add_argument("--skip-bad-events", action="store_true", help="skip bad trace entries with a warning")
+    p.add_argument("--json", action="store_true", help="print a JSON list, best first")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchmem.progress import progress_bar
+    from torchmem.replay import advise, candidates, load_trace
+
+    trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
+    base = trace.recorded.conf if trace.recorded is not None and trace.recorded.conf is not None else ""
+    total = len(candidates(base, args.extra)) + 3
+    with progress_bar(total, "advise", disable=args.no_progress or args.json, unit="setting") as update:
+        rows = advise(trace, args.capacity, extra=args.extra, skip_bad_events=args.skip_bad_events,
+                      progress=update, in_use_by_others=args.in_use_by_others)
+    for note in trace.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return 0
+    reference = rows[0].capacity
+    print(f"Least memory each setting needs to complete {args.trace} (to 2 MiB), best first; "
+          f"reference capacity {reference / 2**30:.2f} GiB:")
+    for r in rows:
+        print("  " + r.summary())
+    recorded = next((r for r in rows if r.recorded), None)
+    best = rows[0]
+    if recorded is not None and best.min_capacity is not None and best is not recorded and (
+            recorded.min_capacity is None or best.min_capacity < recorded.min_capacity):
+        saved = "" if recorded.min_capacity is None else f", {(recorded.min_capacity - best.min_capacity) / 2**30:.2f} GiB less"
+        print(f"Best: PYTORCH_CUDA_ALLOC_CONF={best.conf}{saved} than the run's own setting.")
+    elif recorded is not None:
+        print("No setting tried needs less memory than the run's own.")
+    if not any(r.completes for r in rows) and best.min_capacity is not None:
+        print(f"None completes on {reference / 2**30:.2f} GiB: the least any needs is {best.min_capacity / 2**30:.2f} GiB "
+              f"({(best.min_capacity - reference) / 2**30:.2f} GiB more). Less must be live at the peak "
+              "(a smaller batch, activation checkpointing), or the card must be larger.")
+    return 0

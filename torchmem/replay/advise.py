@@ -1,0 +1,221 @@
+"""Which allocator setting would have avoided an out-of-memory: the least memory each one needs.
+
+``advise(trace)`` replays a trace under candidate settings (the recorded
+one, expandable segments, several max_split_size_mb, garbage collection,
+roundup_power2_divisions, and pairs of those that help) and finds for each
+the smallest capacity at which the trace completes, by bisection over
+replays on a 2 MiB grid. Each ``min_capacity`` holds: the trace completes
+at it and fails 2 MiB below it.
+
+    from torchmem.replay import advise
+    for row in advise("snapshot.pickle"):
+        print(row.summary())
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from torchmem.replay.runner import as_trace, gib, normalize_conf, parse_capacity, replay
+from torchmem.traces import Trace
+
+GRID = 2 << 20  # capacities are searched on a 2 MiB grid, the granularity of device allocations
+MAX_GROWTH = 64  # give up when a setting does not complete at 64 times the reference capacity
+
+SINGLE_SETTINGS = (
+    "expandable_segments:True",
+    "max_split_size_mb:64",
+    "max_split_size_mb:128",
+    "max_split_size_mb:256",
+    "max_split_size_mb:512",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+    "roundup_power2_divisions:4",
+)
+
+
+@dataclass
+class Advice:
+    """One setting's outcome."""
+
+    conf: str
+    min_capacity: int | None   # smallest capacity (2 MiB grid) at which the trace completes; None: not within reach
+    peak_reserved: int         # at the reference capacity when it completes there, else at min_capacity
+    completes: bool            # at the reference capacity
+    capacity: int              # the reference capacity: the snapshot's, the given one, or 80 GiB
+    recorded: bool = False     # the run's own setting (recorded, or PyTorch's defaults when the trace does not say)
+    replays: int = 0
+
+    def to_json(self) -> dict:
+        return {"conf": self.conf, "min_capacity": self.min_capacity, "peak_reserved": self.peak_reserved,
+                "completes": self.completes, "capacity": self.capacity, "recorded": self.recorded,
+                "replays": self.replays}
+
+    def summary(self) -> str:
+        conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "")
+        need = gib(self.min_capacity) if self.min_capacity is not None else "not within reach"
+        outcome = "completes" if self.completes else "OOM"
+        return f"{conf:<66} needs {need:>11}, peak reserved {gib(self.peak_reserved):>11}; at {gib(self.capacity)}: {outcome}"
+
+
+def candidates(recorded_conf: str, extra: Iterable[str] = ()) -> list[str]:
+    """The recorded setting first, then the single settings (each added to the recorded one), then extras."""
+    base = recorded_conf.strip()
+    out = [base]
+    for setting in (*SINGLE_SETTINGS, *extra):
+        out.append(_combine(base, setting))
+    seen: set[str] = set()
+    unique = []
+    for conf in out:
+        key = normalize_conf(conf)
+        if key not in seen:
+            seen.add(key)
+            unique.append(conf)
+    return unique
+
+
+def _combine(a: str, b: str) -> str:
+    """Settings b on top of a (b's value wins for a key both give)."""
+    items: dict[str, str] = {}
+    for part in (a, b):
+        for item in filter(None, (s.strip() for s in _split(part))):
+            key, _, value = item.partition(":")
+            items[key.strip()] = value.strip()
+    return ",".join(f"{k}:{v}" for k, v in items.items())
+
+
+def _added_keys(base: str, conf: str) -> str:
+    """The keys `conf` sets beyond `base`, as one string."""
+    def keys(c: str) -> set[str]:
+        return {item.partition(":")[0].strip() for item in _split(c) if item.strip()}
+    return ",".join(sorted(keys(conf) - keys(base))) or conf
+
+
+def _split(conf: str) -> list[str]:
+    """Top-level items of a config ('[...]' lists kept whole)."""
+    out, depth, cur = [], 0, ""
+    for ch in conf:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out
+
+
+def advise(
+    trace: Trace | str | Iterable[dict],
+    capacity: int | str | None = None,
+    *,
+    device: int | None = None,
+    extra: Iterable[str] = (),
+    combine: int = 3,
+    skip_bad_events: bool = False,
+    progress: Callable[[int], None] | None = None,
+    in_use_by_others: int | str = 0,
+) -> list[Advice]:
+    """Each candidate setting's least memory, best first.
+
+    Args:
+        trace: anything replay() reads.
+        capacity: the reference capacity (default: the snapshot's, from its
+            OOM; else 80 GiB).
+        device: which device of a snapshot.
+        extra: more settings to try, each on top of the recorded one.
+        combine: also try pairs of the `combine` best settings that need less
+            memory than the recorded one (0: no pairs).
+        progress: called with the number of settings done.
+    """
+    trace = as_trace(trace, device, skip_bad_events)
+    recorded = trace.recorded
+    if capacity is None:
+        capacity = recorded.capacity if recorded is not None and recorded.capacity else "80GiB"
+    reference = parse_capacity(capacity)
+    base = recorded.conf if recorded is not None and recorded.conf is not None else ""
+    done = 0
+    results: list[Advice] = []
+
+    def run(conf: str) -> None:
+        nonlocal done
+        results.append(_search(trace, conf, reference, in_use_by_others, skip_bad_events,
+                               normalize_conf(conf) == normalize_conf(base)))
+        done += 1
+        if progress:
+            progress(done)
+
+    for conf in candidates(base, extra):
+        run(conf)
+    if combine:
+        baseline = results[0].min_capacity
+        helpful = [r for r in results[1:] if r.min_capacity is not None and (baseline is None or r.min_capacity < baseline)]
+        helpful.sort(key=lambda r: r.min_capacity)
+        best_per_key: dict[str, Advice] = {}  # pair different settings, not two values of one key
+        for r in helpful:
+            best_per_key.setdefault(_added_keys(base, r.conf), r)
+        tried = {normalize_conf(r.conf) for r in results}
+        for a, b in itertools.combinations(list(best_per_key.values())[:combine], 2):
+            conf = _combine(a.conf, b.conf)
+            try:
+                key = normalize_conf(conf)
+            except ValueError:
+                continue
+            if key not in tried:
+                tried.add(key)
+                run(conf)
+    results.sort(key=lambda r: (r.min_capacity is None, r.min_capacity or 0, not r.completes, r.peak_reserved))
+    return results
+
+
+def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bool, recorded: bool) -> Advice:
+    """Bisection for the least capacity on the grid at which the trace completes under `conf`."""
+    replays = 0
+
+    def attempt(capacity: int):
+        nonlocal replays
+        replays += 1
+        try:
+            return replay(trace, capacity, conf, skip_bad_events=skip, in_use_by_others=others)
+        except ValueError as exc:
+            if "smaller than the memory held" in str(exc) or "must be less than the capacity" in str(exc):
+                return None  # the start state or the memory of others does not even fit
+            raise
+
+    at_reference = attempt(reference)
+    completes = bool(at_reference and at_reference.completed)
+    # hi: a grid capacity at which the trace completes.
+    hi = _up(reference)
+    best = at_reference if hi == reference else attempt(hi)
+    while best is None or not best.completed:
+        if hi > reference * MAX_GROWTH:
+            peak = at_reference.peak_reserved if at_reference else 0
+            return Advice(conf, None, peak, completes, reference, recorded, replays)
+        hi *= 2
+        best = attempt(hi)
+    # lo: a grid capacity at which it fails. Nothing completes below its peak of allocated bytes.
+    lo = min(hi - GRID, max(0, _down(best.peak_allocated) - GRID))
+    while lo > 0:
+        r = attempt(lo)
+        if r is None or not r.completed:
+            break
+        hi, best = lo, r
+        lo = _down(lo // 2)
+    while hi - lo > GRID:
+        mid = _down((lo + hi) // 2)
+        r = attempt(mid)
+        if r is not None and r.completed:
+            hi, best = mid, r
+        else:
+            lo = mid
+    peak = at_reference.peak_reserved if completes else best.peak_reserved
+    return Advice(conf, hi, peak, completes, reference, recorded, replays)
+
+
+def _up(n: int) -> int:
+    return -(-n // GRID) * GRID
+
+
+def _down(n: int) -> int:
+    return n // GRID * GRID
