@@ -226,3 +226,25 @@ def test_capacity_below_the_start_state_is_a_clear_error(tmp_path):
     snap = begin_mid_run(record(random_workload(7, 3000), ""), 2000)
     with pytest.raises(ValueError, match="smaller than the memory held when recording began"):
         sim.replay(write(tmp_path, snap), capacity="64MiB")
+
+
+def test_expandable_segments_with_empty_cache_unmaps_the_same_pages(tmp_path):
+    snap = record(random_workload(6, 2500, empty_cache_every=400), "expandable_segments:True", capacity=4 * GiB)
+    entries = snap["device_traces"][0]
+    assert any(e["action"] == "segment_unmap" for e in entries) and any(e["action"] == "segment_map" for e in entries)
+    result = sim.replay(write(tmp_path, snap), capacity="4GiB")
+    assert_exact(result, snap)
+    assert result.fidelity["releases_made"] == sum(e["action"] == "segment_unmap" for e in entries)
+
+
+def test_expandable_segments_begun_mid_run_are_rebuilt_as_fixed_segments(tmp_path):
+    full = record(random_workload(6, 2500), "expandable_segments:True", capacity=4 * GiB)
+    for cut in (300, 1200, 2000):
+        snap = begin_mid_run(full, cut)
+        result = sim.replay(write(tmp_path, snap), capacity="4GiB")
+        # The pages mapped when recording began: the final ones with the trace's maps undone.
+        mapped = sum(e["size"] * (1 if e["action"] == "segment_map" else -1)
+                     for e in full["device_traces"][0][:cut] if e["action"] in ("segment_map", "segment_unmap"))
+        assert result.start.reserved == mapped
+        assert any("rebuilt as fixed segments" in n for n in result.notes)
+        result.replayer.check_invariants()

@@ -187,7 +187,7 @@ class _Builder:
         self.empty_cache_calls = 0
         self.bad = 0
         self.max_address = 0
-        self.mapped: list[tuple[int, int]] = []  # (addr, size) of every segment_map
+        self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
         self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
 
     def where(self, i: int) -> str:
@@ -295,10 +295,11 @@ class _Builder:
             self.reserved_delta -= size
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
         elif action == "segment_map":
-            self.mapped.append((addr, size))
+            self.maps.append((action, addr, size, stream))
             self.reserved_delta += size
             self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
         elif action == "segment_unmap":
+            self.maps.append((action, addr, size, stream))
             self.reserved_delta -= size
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
 
@@ -358,11 +359,53 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     return trace
 
 
+class _Ranges:
+    """A set of address ranges, kept as sorted disjoint [start, end) runs."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, addr: int, size: int) -> None:
+        self.remove(addr, size)
+        k = bisect.bisect_left(self.starts, addr)
+        self.starts.insert(k, addr)
+        self.ends.insert(k, addr + size)
+        # merge with touching neighbours
+        if k + 1 < len(self.starts) and self.starts[k + 1] == self.ends[k]:
+            self.ends[k] = self.ends.pop(k + 1)
+            self.starts.pop(k + 1)
+        if k > 0 and self.ends[k - 1] == self.starts[k]:
+            self.ends[k - 1] = self.ends.pop(k)
+            self.starts.pop(k)
+
+    def remove(self, addr: int, size: int) -> None:
+        end = addr + size
+        out_s, out_e = [], []
+        for s, e in zip(self.starts, self.ends):
+            if e <= addr or s >= end:
+                out_s.append(s)
+                out_e.append(e)
+                continue
+            if s < addr:
+                out_s.append(s)
+                out_e.append(addr)
+            if e > end:
+                out_s.append(end)
+                out_e.append(e)
+        self.starts, self.ends = out_s, out_e
+
+    def runs(self) -> list[tuple[int, int]]:
+        return list(zip(self.starts, self.ends))
+
+
 def _start_state(snapshot: dict, b: _Builder) -> StartState:
     """Segments and live blocks when recording began, from the pass and the final segments."""
     start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False] for a, (s, st) in b.start_segments.items()}
     survivors: dict[int, tuple[int, int]] = {}  # addr -> (size, requested): live at start and at the end
     still_made = dict(b.segments)
+    final_mapped = _Ranges()
+    pool_of: dict[int, tuple[int, bool]] = {}  # range start -> (stream, is_small), for expandable pages
     live_at_end = dict(b.live)
     segments = snapshot.get("segments")
     if not isinstance(segments, list):
@@ -382,12 +425,12 @@ def _start_state(snapshot: dict, b: _Builder) -> StartState:
         if made is not None and made[0] != size and not seg.get("is_expandable"):
             b.bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
         expandable = bool(seg.get("is_expandable"))
-        mapped_in_trace = expandable and any(a < addr + size and addr < a + s for a, s in b.mapped)
-        if made is None and not mapped_in_trace:
-            start_segments[addr] = [size, _int_field(seg, "stream", where) if "stream" in seg else 0,
-                                    seg.get("segment_type") == "small", expandable]
-        elif mapped_in_trace:
-            made = (size, len(b.cols.ops))  # blocks in it were allocated by the trace
+        stream = _int_field(seg, "stream", where) if "stream" in seg else 0
+        if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
+            final_mapped.add(addr, size)
+            pool_of[addr] = (stream, seg.get("segment_type") == "small")
+        elif made is None:
+            start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False]
         for k, block in enumerate(blocks):
             bwhere = f"{where} block {k}"
             if not isinstance(block, dict):
@@ -406,6 +449,15 @@ def _start_state(snapshot: dict, b: _Builder) -> StartState:
                     continue
                 survivors[baddr] = (_int_field(block, "size", bwhere), _int_field(block, "requested_size", bwhere)
                                     if "requested_size" in block else 0)
+    # Expandable segments: the pages mapped at the start are the final ones with the trace's maps
+    # undone backwards; each mapped run is rebuilt as a fixed segment.
+    for action, addr, size, stream in reversed(b.maps):
+        (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
+        pool_of.setdefault(addr, (stream, size % (20 << 20) != 0))
+    for start, end in final_mapped.runs():
+        owner = max((a for a in pool_of if a <= start), default=None)
+        stream, is_small = pool_of.get(owner, (0, (end - start) % (20 << 20) != 0))
+        start_segments[start] = [end - start, stream, is_small, True]
     for addr, id_ in live_at_end.items():
         b.bad_entry(len(b.cols.ops), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
                                      "show no live block there")
