@@ -17,7 +17,6 @@ memory as Python objects.
 """
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+
+from torchmem import _C
 
 ALLOC, FREE = 0, 1
 CHUNK = 1 << 16
@@ -136,25 +137,19 @@ def _parse_event_dicts(events: Iterable[dict], name: str, first_index: int) -> I
 
 
 def load_jsonl(path: str) -> Trace:
-    """A JSON-lines trace; errors name the file and line."""
+    """A JSON-lines trace, read by the C++ reader (csrc/core/jsonl_reader.h); errors name the file and line."""
+    path = os.fspath(path)
 
     def factory() -> Iterator[Chunk]:
-        builder = _ChunkBuilder()
-        with open(path, "rb") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise TraceError(f"{path}: line {lineno}: not JSON ({exc.msg}); truncated file?") from None
-                except UnicodeDecodeError:
-                    raise TraceError(f"{path}: line {lineno}: not UTF-8 text") from None
-                builder.add(*_parse_event(event, f"{path}: line {lineno}"))
-                if len(builder) >= CHUNK:
-                    yield builder.take()
-        if len(builder):
-            yield builder.take()
+        reader = _C.JsonlReader(os.fsencode(path))
+        while True:
+            try:
+                ops, ids, sizes, streams = reader.read(CHUNK)
+            except ValueError as exc:
+                raise TraceError(f"{path}: {exc}") from None
+            if not len(ops):
+                return
+            yield Chunk(ops, ids, sizes, streams)
 
     return Trace(path, factory, total=None)
 

@@ -9,6 +9,7 @@ namespace torchmem::bindings {
 void bind_caching(pybind11::module_& m);
 void bind_cpu_install(pybind11::module_& m);
 void bind_replay(pybind11::module_& m);
+void bind_jsonl(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
 void bind_paged(pybind11::module_& m);

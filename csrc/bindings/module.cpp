@@ -5,6 +5,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_caching(m);
   torchmem::bindings::bind_cpu_install(m);
   torchmem::bindings::bind_replay(m);
+  torchmem::bindings::bind_jsonl(m);
   torchmem::bindings::bind_planned(m);
   torchmem::bindings::bind_planner(m);
   torchmem::bindings::bind_paged(m);
