@@ -17,6 +17,7 @@ memory as Python objects.
 """
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import re
