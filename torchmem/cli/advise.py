@@ -46,14 +46,17 @@ def run(args: argparse.Namespace) -> int:
           f"reference capacity {reference / 2**30:.2f} GiB:")
     for r in rows:
         print("  " + r.summary())
-    recorded = next((r for r in rows if r.recorded), None)
+    baseline = next((r for r in rows if r.recorded), None)
+    what = "the run's own setting"
+    if baseline is None:  # a trace without settings: compare with PyTorch's defaults
+        baseline, what = next((r for r in rows if not r.conf), None), "PyTorch's defaults"
     best = rows[0]
-    if recorded is not None and best.min_capacity is not None and best is not recorded and (
-            recorded.min_capacity is None or best.min_capacity < recorded.min_capacity):
-        saved = "" if recorded.min_capacity is None else f", {(recorded.min_capacity - best.min_capacity) / 2**30:.2f} GiB less"
-        print(f"Best: PYTORCH_CUDA_ALLOC_CONF={best.conf}{saved} than the run's own setting.")
-    elif recorded is not None:
-        print("No setting tried needs less memory than the run's own.")
+    if baseline is not None and best.min_capacity is not None and best is not baseline and (
+            baseline.min_capacity is None or best.min_capacity < baseline.min_capacity):
+        saved = "" if baseline.min_capacity is None else f", {(baseline.min_capacity - best.min_capacity) / 2**30:.2f} GiB less than {what}"
+        print(f"Best: PYTORCH_CUDA_ALLOC_CONF={best.conf}{saved}.")
+    elif baseline is not None:
+        print(f"No setting tried needs less memory than {what}.")
     if not any(r.completes for r in rows) and best.min_capacity is not None:
         print(f"None completes on {reference / 2**30:.2f} GiB: the least any needs is {best.min_capacity / 2**30:.2f} GiB "
               f"({(best.min_capacity - reference) / 2**30:.2f} GiB more). Less must be live at the peak "

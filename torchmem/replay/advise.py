@@ -43,7 +43,7 @@ class Advice:
     peak_reserved: int         # at the reference capacity when it completes there, else at min_capacity
     completes: bool            # at the reference capacity
     capacity: int              # the reference capacity: the snapshot's, the given one, or 80 GiB
-    recorded: bool = False     # the run's own setting (recorded, or PyTorch's defaults when the trace does not say)
+    recorded: bool = False     # the run's own setting (a snapshot's recorded one, or PyTorch's defaults if it does not say)
     replays: int = 0
 
     def to_json(self) -> dict:
@@ -140,8 +140,8 @@ def advise(
 
     def run(conf: str) -> None:
         nonlocal done
-        results.append(_search(trace, conf, reference, in_use_by_others, skip_bad_events,
-                               normalize_conf(conf) == normalize_conf(base)))
+        own = recorded is not None and normalize_conf(conf) == normalize_conf(base)
+        results.append(_search(trace, conf, reference, in_use_by_others, skip_bad_events, own))
         done += 1
         if progress:
             progress(done)
