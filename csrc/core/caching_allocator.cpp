@@ -511,13 +511,17 @@ void CachingAllocator::throw_oom(const Request& r) {
   info.allocated = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
   info.reserved = static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
   info.largest_free = largest_free_block_locked();
-  info.device_total = fraction_set_ ? limit_bytes() : device_.total_bytes();
-  info.device_free = fraction_set_ ? std::min(device_free, info.device_total - std::min(info.device_total, total_reserved_))
-                                   : device_free;
+  info.device_total = device_.total_bytes();
+  info.device_free = device_free;
+  info.allowed = fraction_set_ ? limit_bytes() : info.device_total;
+  // PyTorch's wording: the device's own total and free, then the limit a
+  // memory fraction sets ("N allowed; "), then what the allocator holds.
   std::ostringstream msg;
   msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.requested) << ". Device "
       << device_.name() << " has a total capacity of " << format_size(info.device_total) << " of which "
-      << format_size(info.device_free) << " is free. Of the allocated memory " << format_size(info.allocated)
+      << format_size(info.device_free) << " is free. "
+      << (fraction_set_ ? format_size(info.allowed) + " allowed; " : std::string())
+      << "Of the allocated memory " << format_size(info.allocated)
       << " is allocated by PyTorch, and " << format_size(info.reserved - info.allocated)
       << " is reserved by PyTorch but unallocated; the largest free block is " << format_size(info.largest_free)
       << ". If reserved but unallocated memory is large try setting "

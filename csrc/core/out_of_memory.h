@@ -14,8 +14,9 @@ struct OomInfo {
   size_t allocated = 0;         // bytes in live allocations
   size_t reserved = 0;          // bytes held from the device
   size_t largest_free = 0;      // largest free cached block
-  size_t device_total = 0;      // device capacity (or the memory limit)
+  size_t device_total = 0;      // device capacity
   size_t device_free = 0;       // what the device still had free
+  size_t allowed = 0;           // the memory limit (a memory fraction), else device_total
 };
 
 class OutOfMemory : public std::runtime_error {

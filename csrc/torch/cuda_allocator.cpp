@@ -277,7 +277,7 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
       std::lock_guard<std::mutex> lock(observers_mutex_);
       observers = oom_observers_;
     }
-    for (auto& observer : observers) observer(device, info.allocated, info.device_total, info.device_free);
+    for (auto& observer : observers) observer(device, info.allocated, info.allowed, info.device_free);
     TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()));
   } catch (...) {
     t_context.reset();
