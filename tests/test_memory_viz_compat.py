@@ -57,7 +57,6 @@ def check_segsum(text, stats, nsegments):
     assert f"total_reserved: {mv.Bytes(reserved)}\n" in text
     assert f"total_allocated: {mv.Bytes(allocated)}\n" in text
     assert f"total_free: {mv._report_free(external, internal)}\n" in text
-    assert allocated + internal + external == reserved
 
 
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True"])

@@ -1,6 +1,8 @@
 """Planned allocation at run time: record, plan, serve; misses, divergence,
 buckets, re-recording and escaping tensors. Each scenario installs torchmem
 in a fresh interpreter."""
+import pytest
+
 from conftest import run_python, run_python_json
 
 PRELUDE = """
@@ -110,7 +112,35 @@ print(json.dumps({"keys": len(keys), "compact": report.compact, "reason": report
 """
     )
     assert r["keys"] == 1
-    assert r["free"] >= 0 and r["active"] >= 0
+    # A request of 1 TiB is larger than everything free, but the cache does not hold that much: no advice.
+    assert r["compact"] is False and r["reason"] == ""
+    assert r["active"] >= 1
+
+
+def _segments(*layouts):
+    """Segments from lists of (size in MiB, allocated)."""
+    return [{"blocks": [{"size": mib << 20, "allocated": used} for mib, used in layout]} for layout in layouts]
+
+
+@pytest.mark.parametrize("layouts, recent, factor, compact, reason", [
+    # 5 free blocks against 1 active: more than factor 4 -> compact.
+    ([[(1, False), (1, True), (1, False)], [(1, False)], [(1, False)], [(1, False)]], [], 4.0, True, "5 free blocks against 1 active"),
+    # 4 free against 1 active is not more than 4 -> no advice.
+    ([[(1, False), (1, True), (1, False)], [(1, False)], [(1, False)]], [], 4.0, False, ""),
+    # 3 MiB free in total, largest 1 MiB, a recent 2 MiB request: the cache holds enough but no block fits.
+    ([[(1, False), (1, True), (1, False), (1, True), (1, False), (1, True)]], [2 << 20], 4.0, True,
+     "the largest free block (1048576 bytes) cannot serve a recent request of 2097152 bytes"),
+    # The same request fits the largest free block -> no advice.
+    ([[(2, False), (1, True), (1, False)]], [2 << 20], 4.0, False, ""),
+    # The request is larger than all free bytes together: compaction cannot help -> no advice.
+    ([[(1, False), (1, True), (1, False)]], [8 << 20], 4.0, False, ""),
+])
+def test_fragmentation_report_advises_exactly_when_it_should(layouts, recent, factor, compact, reason):
+    from torchmem.planned import fragmentation_report
+
+    report = fragmentation_report(_segments(*layouts), recent, factor)
+    assert report.compact is compact
+    assert report.reason.startswith(reason) if reason else report.reason == ""
 
 
 def test_planned_needs_install():

@@ -351,9 +351,15 @@ def fragmentation_watch(recent_sizes: list[int] | None = None, factor: float = 4
     allocator = caching_allocator(device)
     if allocator is None:
         raise RuntimeError("torchmem is not installed: call torchmem.install() first")
+    return fragmentation_report(allocator.segments(), recent_sizes, factor)
+
+
+def fragmentation_report(segments: list[dict], recent_sizes: list[int] | None = None,
+                         factor: float = 4.0) -> FragmentationReport:
+    """fragmentation_watch()'s decision for a list of segments (each with blocks: size, allocated)."""
     if factor <= 0:
         raise ValueError(f"factor must be > 0, got {factor}")
-    blocks = [b for s in allocator.segments() for b in s["blocks"]]
+    blocks = [b for s in segments for b in s["blocks"]]
     free = [b["size"] for b in blocks if not b["allocated"]]
     active = sum(1 for b in blocks if b["allocated"])
     largest = max(free, default=0)

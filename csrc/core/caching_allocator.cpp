@@ -312,7 +312,7 @@ void CachingAllocator::garbage_collect_cached_blocks() {
     freed_one = false;
     for (auto it = large_blocks_.blocks.begin(); it != large_blocks_.blocks.end();) {
       Block* b = *it++;
-      if (!b->is_split() && age(b) >= age_threshold) {
+      if (!b->is_split() && !b->expandable && age(b) >= age_threshold) {
         freed_one = true;
         reclaimed += b->size;
         total_age -= age(b);
