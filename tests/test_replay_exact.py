@@ -237,14 +237,32 @@ def test_expandable_segments_with_empty_cache_unmaps_the_same_pages(tmp_path):
     assert result.fidelity["releases_made"] == sum(e["action"] == "segment_unmap" for e in entries)
 
 
-def test_expandable_segments_begun_mid_run_are_rebuilt_as_fixed_segments(tmp_path):
-    full = record(random_workload(6, 2500), "expandable_segments:True", capacity=4 * GiB)
+@pytest.mark.parametrize("seed, empty_cache_every", [(6, 0), (8, 300)])
+def test_expandable_segments_begun_mid_run_replay_exactly(tmp_path, seed, empty_cache_every):
+    full = record(random_workload(seed, 2500, empty_cache_every=empty_cache_every), "expandable_segments:True",
+                  capacity=4 * GiB)
     for cut in (300, 1200, 2000):
         snap = begin_mid_run(full, cut)
         result = sim.replay(write(tmp_path, snap), capacity="4GiB")
         # The pages mapped when recording began: the final ones with the trace's maps undone.
         mapped = sum(e["size"] * (1 if e["action"] == "segment_map" else -1)
                      for e in full["device_traces"][0][:cut] if e["action"] in ("segment_map", "segment_unmap"))
-        assert result.start.reserved == mapped
-        assert any("rebuilt as fixed segments" in n for n in result.notes)
-        result.replayer.check_invariants()
+        assert result.start.reserved == mapped and result.start.ranges and not result.notes
+        assert_exact(result, snap)
+        if result.recorded_oom is not None:
+            assert result.recorded_oom["reproduced"]
+
+
+def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tmp_path):
+    # Two mapped runs of one stream and pool, 100 GiB apart: no range of 9/8 of an 8 GiB card holds both.
+    base = 1 << 44
+    segs = [{"address": a, "total_size": 20 * MiB, "stream": 0, "segment_type": "large", "is_expandable": True,
+             "blocks": [{"address": a, "size": 4 * MiB, "requested_size": 4 * MiB, "state": "active_allocated"},
+                        {"address": a + 4 * MiB, "size": 16 * MiB, "requested_size": 0, "state": "inactive"}]}
+            for a in (base, base + 100 * GiB)]
+    snap = {"segments": segs, "device_traces": [[]],
+            "allocator_settings": {"expandable_segments": True, "max_split_size": -1}}
+    result = sim.replay(write(tmp_path, snap), capacity="8GiB")
+    assert any("rebuilt as fixed segments" in n for n in result.notes)
+    assert result.start.reserved == 40 * MiB and result.stats["allocated_bytes"]["all"]["current"] == 8 * MiB
+    result.replayer.check_invariants()

@@ -43,6 +43,17 @@ struct RecordedSegment {
   std::vector<RecordedBlock> live_blocks;
 };
 
+// The range of an expandable segment as it stood when a recording began:
+// where it begins, the runs of pages mapped then (sorted, disjoint, on the
+// pool's page grid from base), and the blocks live in them.
+struct RecordedRange {
+  uintptr_t base = 0;
+  Stream stream = 0;
+  bool is_small = false;
+  std::vector<SegmentRange> mapped;
+  std::vector<RecordedBlock> live_blocks;
+};
+
 class CachingAllocator final : public Allocator {
  public:
   explicit CachingAllocator(Device& device, AllocatorConfig config = {});
@@ -81,6 +92,14 @@ class CachingAllocator final : public Allocator {
   // std::invalid_argument naming the block when blocks overlap, leave the
   // segment, or are unaligned; the allocator is unchanged then.
   void restore_segment(const RecordedSegment& segment);
+  // The same for an expandable segment: reserves its range at `base` (the
+  // device must give that address: SimDevice::offer), maps the recorded
+  // pages, tiles them with the live blocks and free blocks, and leaves the
+  // rest of the range unmapped. Sizes inferred where 0 (expandable blocks
+  // split whenever 512 B remain). Throws std::invalid_argument naming the
+  // problem (address taken, capacity, pages off the grid, blocks outside the
+  // mapped pages or overlapping); the allocator is unchanged then.
+  void restore_expandable(const RecordedRange& range);
 
   // Called on a miss before a new segment is allocated; a callback returns
   // true when it freed memory the allocator may now find cached. Callbacks

@@ -42,6 +42,24 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
   }
 }
 
+void Replayer::restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids) {
+  if (ids.size() != range.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
+  for (uint64_t id : ids) {
+    if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
+  }
+  device_->offer(range.base, 0);
+  try {
+    allocator_->restore_expandable(range);
+  } catch (...) {
+    device_->take_unused_offers();
+    throw;
+  }
+  device_->take_unused_offers();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    live_.emplace(ids[i], reinterpret_cast<void*>(range.live_blocks[i].addr));
+  }
+}
+
 void Replayer::sample(int64_t allocated, int64_t reserved) {
   window_allocated_ = std::max(window_allocated_, allocated);
   window_reserved_ = std::max(window_reserved_, reserved);

@@ -93,6 +93,8 @@ class Replayer {
   // std::invalid_argument when the device cannot hold it there (overlap, or
   // more than the capacity), when its blocks are inconsistent, or an id is live.
   void restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids);
+  // The same for the range of an expandable segment (reserved at its base).
+  void restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids);
   // Fresh segment addresses start above `floor` (the highest recorded one).
   void set_address_floor(uintptr_t floor) { device_->set_address_floor(floor); }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/caching_allocator.h"
+#include "core/expandable_segment.h"
 
 namespace torchmem {
 
@@ -109,6 +110,98 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
       }
     }
   }
+}
+
+void CachingAllocator::restore_expandable(const RecordedRange& range) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t page = range.is_small ? kSmallBuffer : kLargeBuffer;
+  const size_t total = device_.total_bytes();
+  const size_t max_pages = (total + total / 8 + page - 1) / page;
+  const uintptr_t end = range.base + page * max_pages;
+  for (size_t i = 0; i < range.mapped.size(); ++i) {
+    const SegmentRange& run = range.mapped[i];
+    if (run.addr < range.base || (run.addr - range.base) % page != 0 || run.size == 0 || run.size % page != 0 ||
+        run.addr + run.size > end || (i > 0 && run.addr < range.mapped[i - 1].addr + range.mapped[i - 1].size)) {
+      throw std::invalid_argument("expandable range at " + hex_address(range.base) + ": mapped pages at " +
+                                  hex_address(run.addr) + " are off its page grid, overlap, or pass its end");
+    }
+  }
+  // Live blocks with their sizes, each inside one mapped run.
+  std::vector<RecordedBlock> blocks = range.live_blocks;
+  size_t run = 0;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    RecordedBlock& b = blocks[i];
+    if (b.size == 0) b.size = round_size(std::max<size_t>(b.requested_size, 1));
+    while (run < range.mapped.size() && range.mapped[run].addr + range.mapped[run].size <= b.addr) ++run;
+    const bool inside = run < range.mapped.size() && b.addr >= range.mapped[run].addr &&
+                        b.addr + b.size <= range.mapped[run].addr + range.mapped[run].size;
+    if (!inside || b.addr % kMinBlockSize != 0 || (i > 0 && b.addr < blocks[i - 1].addr + blocks[i - 1].size)) {
+      throw std::invalid_argument(where(b.addr) + " lies outside the mapped pages of its expandable range, "
+                                  "overlaps the block before it, or is unaligned");
+    }
+  }
+  auto segment = std::make_unique<ExpandableSegment>(device_, range.stream, page, max_pages);
+  if (segment->base() != range.base) {
+    throw std::invalid_argument("expandable range at " + hex_address(range.base) +
+                                ": that address range is taken (another segment overlaps it)");
+  }
+  size_t mapped_bytes = 0;
+  for (const SegmentRange& r : range.mapped) {
+    if (segment->map(r.addr, r.size).size == 0) {
+      throw std::invalid_argument("expandable range at " + hex_address(range.base) +
+                                  ": its mapped pages do not fit in the capacity");
+    }
+    mapped_bytes += r.size;
+  }
+  BlockPool& pool = range.is_small ? small_blocks_ : large_blocks_;
+  Block* last = nullptr;
+  auto add = [&](uintptr_t addr, size_t size, size_t requested, bool allocated, bool mapped) {
+    Block* b = make_block();
+    b->addr = addr;
+    b->size = size;
+    b->stream = range.stream;
+    b->pool = &pool;
+    b->allocated = allocated;
+    b->mapped = mapped;
+    b->requested_size = requested;
+    b->expandable = segment.get();
+    b->prev = last;
+    if (last) last->next = b;
+    last = b;
+    if (allocated) {
+      live_blocks_.emplace(addr, b);
+      for_pool_stats(range.is_small, [&](size_t t) {
+        stats_.allocation[t].increase(1);
+        stats_.allocated_bytes[t].increase(static_cast<int64_t>(size));
+        stats_.active[t].increase(1);
+        stats_.active_bytes[t].increase(static_cast<int64_t>(size));
+        stats_.requested_bytes[t].increase(static_cast<int64_t>(requested));
+      });
+      if (size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+    } else if (mapped) {
+      pool.insert(b);
+    } else {
+      pool.unmapped.insert(b);
+    }
+  };
+  uintptr_t cursor = range.base;
+  size_t next_block = 0;
+  for (const SegmentRange& r : range.mapped) {
+    if (r.addr > cursor) add(cursor, r.addr - cursor, 0, false, false);
+    cursor = r.addr;
+    for (; next_block < blocks.size() && blocks[next_block].addr < r.addr + r.size; ++next_block) {
+      const RecordedBlock& b = blocks[next_block];
+      if (b.addr > cursor) add(cursor, b.addr - cursor, 0, false, true);
+      add(b.addr, b.size, b.requested_size, true, true);
+      cursor = b.addr + b.size;
+    }
+    if (cursor < r.addr + r.size) add(cursor, r.addr + r.size - cursor, 0, false, true);
+    cursor = r.addr + r.size;
+  }
+  if (cursor < end) add(cursor, end - cursor, 0, false, false);
+  total_reserved_ += mapped_bytes;
+  for_pool_stats(range.is_small, [&](size_t t) { stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped_bytes)); });
+  expandable_segments_.push_back(std::move(segment));
 }
 
 }  // namespace torchmem

@@ -253,8 +253,20 @@ def replay(
         replayer.enable_history(history)
     if recorded is not None:
         replayer.set_address_floor(recorded.max_address)
+    notes = list(trace.notes)
     if trace.start is not None:
-        for seg in trace.start.segments:
+        segments = list(trace.start.segments)
+        for r in trace.start.ranges:
+            try:
+                replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
+            except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card
+                if "do not fit in the capacity" in str(exc):
+                    raise ValueError(
+                        f"{trace.name}: the capacity ({gib(capacity)}) is smaller than the memory held when "
+                        f"recording began ({gib(trace.start.reserved + others)} with what others hold)") from None
+                segments += r.as_segments()
+                notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
+        for seg in segments:
             try:
                 replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
             except ValueError as exc:
@@ -297,7 +309,7 @@ def replay(
         stats=stats,
         segments=replayer.segments(),
         skipped=replayer.skipped,
-        notes=list(trace.notes),
+        notes=notes,
         replayer=replayer,
         capacity_source=capacity_source,
         conf_source=conf_source,

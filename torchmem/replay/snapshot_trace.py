@@ -49,29 +49,56 @@ class StartSegment:
 
 
 @dataclass
+class StartRange:
+    """The range of an expandable segment when recording began: its mapped runs and live blocks."""
+
+    base: int
+    stream: int
+    is_small: bool
+    runs: list[tuple[int, int]] = field(default_factory=list)     # (addr, size) of mapped pages
+    blocks: list[tuple[int, int, int]] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+
+    def as_segments(self) -> list[StartSegment]:
+        """Each mapped run as a fixed segment (when the range cannot be rebuilt as one)."""
+        out = []
+        for addr, size in self.runs:
+            seg = StartSegment(addr, size, self.stream, self.is_small)
+            for block, id_ in zip(self.blocks, self.ids):
+                if addr <= block[0] < addr + size:
+                    seg.blocks.append(block)
+                    seg.ids.append(id_)
+            out.append(seg)
+        return out
+
+
+@dataclass
 class StartState:
     """What was in memory when recording began."""
 
     segments: list[StartSegment] = field(default_factory=list)
-    expandable: int = 0  # expandable segments among them (rebuilt as fixed segments)
+    ranges: list[StartRange] = field(default_factory=list)  # expandable segments
+    notes: list[str] = field(default_factory=list)
 
     @property
     def reserved(self) -> int:
-        return sum(s.size for s in self.segments)
+        return sum(s.size for s in self.segments) + sum(size for r in self.ranges for _, size in r.runs)
 
     @property
     def live_blocks(self) -> int:
-        return sum(len(s.blocks) for s in self.segments)
+        return sum(len(s.blocks) for s in self.segments) + sum(len(r.blocks) for r in self.ranges)
 
     @property
     def requested(self) -> int:
-        return sum(b[2] for s in self.segments for b in s.blocks)
+        return sum(b[2] for s in [*self.segments, *self.ranges] for b in s.blocks)
 
     def describe(self) -> str:
-        if not self.segments:
+        if not self.segments and not self.ranges:
             return "recording began with an empty allocator"
-        return (f"rebuilt the state when recording began: {len(self.segments)} segments, {self.live_blocks} live blocks, "
-                f"{self.requested / 2**30:.2f} GiB requested in {self.reserved / 2**30:.2f} GiB reserved")
+        ranges = f" and {len(self.ranges)} expandable ranges" if self.ranges else ""
+        return (f"rebuilt the state when recording began: {len(self.segments)} segments{ranges}, "
+                f"{self.live_blocks} live blocks, {self.requested / 2**30:.2f} GiB requested in "
+                f"{self.reserved / 2**30:.2f} GiB reserved")
 
 
 @dataclass
@@ -345,9 +372,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     notes = []
     if b.bad:
         notes.append(f"skipped {b.bad} bad trace entries")
-    if start.expandable:
-        notes.append(f"{start.expandable} expandable segments existed when recording began: rebuilt as fixed segments, "
-                     "so placements in them may differ")
+    notes += start.notes
     cols = b.cols
 
     def factory() -> Iterator[Chunk]:
@@ -467,10 +492,12 @@ def _start_state(snapshot: dict, b: _Builder) -> StartState:
     state = StartState()
     order = sorted(start_segments)
     by_addr: dict[int, StartSegment] = {}
+    expandable_runs: list[int] = []
     for addr in order:
         size, stream, is_small, expandable = start_segments[addr]
         by_addr[addr] = StartSegment(addr, size, stream, is_small)
-        state.expandable += expandable
+        if expandable:
+            expandable_runs.append(addr)
     blocks: list[tuple[int, int, int, int | None]] = [(a, 0, req, id_) for a, (id_, req, _) in b.freed_at_start.items()]
     blocks += [(a, size, req, None) for a, (size, req) in survivors.items()]
     blocks.sort()
@@ -487,7 +514,21 @@ def _start_state(snapshot: dict, b: _Builder) -> StartState:
             id_ = b.new_id()
         seg.blocks.append((addr, size, requested))
         seg.ids.append(id_)
-    state.segments = [by_addr[a] for a in order]
+    # Mapped runs of one stream and pool belong to one expandable range, which begins at the lowest
+    # address the recording ever mapped for them.
+    groups: dict[tuple[int, bool], StartRange] = {}
+    for addr in expandable_runs:
+        run = by_addr.pop(addr)
+        group = groups.setdefault((run.stream, run.is_small), StartRange(addr, run.stream, run.is_small))
+        group.runs.append((run.addr, run.size))
+        group.blocks += run.blocks
+        group.ids += run.ids
+    for action, addr, size, stream in b.maps:
+        group = groups.get((stream, size % (20 << 20) != 0))
+        if action == "segment_map" and group is not None:
+            group.base = min(group.base, addr)
+    state.segments = [by_addr[a] for a in order if a in by_addr]
+    state.ranges = list(groups.values())
     return state
 
 
@@ -526,6 +567,21 @@ def _resolve_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -
     other settings must start from the blocks the recorded ones made."""
     from torchmem import _C
 
+    for r in list(start.ranges):
+        runs_end = max(a + size for a, size in r.runs)
+        capacity = max(runs_end - r.base, sum(size for _, size in r.runs)) + (20 << 20)
+        probe = _C.Replayer(capacity, 0, conf)
+        try:
+            probe.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
+        except ValueError as exc:
+            start.ranges.remove(r)
+            start.segments += r.as_segments()
+            start.segments.sort(key=lambda seg: seg.addr)
+            start.notes.append(f"an expandable range that existed when recording began is rebuilt as fixed segments "
+                               f"({exc}), so placements in it may differ")
+            continue
+        sizes = {blk["address"]: blk["size"] for s in probe.segments() for blk in s["blocks"] if blk["allocated"]}
+        r.blocks = [(addr, sizes[addr], requested) for addr, _, requested in r.blocks]
     for seg in start.segments:
         if all(size for _, size, _ in seg.blocks):
             continue
