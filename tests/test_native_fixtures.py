@@ -78,3 +78,22 @@ def test_recorded_oom_reproduced_with_native_reserved_bytes(native):
     oom = result.recorded_oom
     assert oom["reproduced"] and oom["replay_reserved"] == oom["reserved"]
     assert result.oom["size"] == oom["size"]
+
+
+@pytest.mark.parametrize("fraction", [0.25, 0.5, 0.75])
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.split(".")[0])
+def test_native_runs_cut_mid_way_replay_exactly(path, fraction):
+    """The native traces cut at a quarter, half and three quarters: as if recording had begun there.
+    The start state is rebuilt from what the GPU did, and every later allocation must land where it did."""
+    snapshot = load(path)
+    device = max(range(len(snapshot["device_traces"])), key=lambda d: len(snapshot["device_traces"][d]))
+    entries = snapshot["device_traces"][device]
+    snapshot["device_traces"][device] = entries[int(len(entries) * fraction):]
+    trace = snapshot_trace(snapshot, f"{path.name} from {fraction:.0%}")
+    result = sim.replay(trace)
+    assert result.exact, result.fidelity
+    if result.completed:
+        final = [s for s in snapshot["segments"] if s.get("device", 0) == device]
+        assert segment_layout(result.segments) == segment_layout(final)
+    else:
+        assert result.recorded_oom["reproduced"]
