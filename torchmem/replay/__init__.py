@@ -16,7 +16,8 @@ from torchmem.replay.runner import (
     parse_capacity,
     replay,
 )
-from torchmem.replay.snapshot_trace import RecordedRun, StartState, recorded_conf, snapshot_trace
+from torchmem.replay.snapshot_trace import RecordedRun, recorded_conf, snapshot_trace
+from torchmem.replay.start_state import StartState
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
 __all__ = [

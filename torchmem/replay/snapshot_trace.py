@@ -7,8 +7,9 @@ mid-run, so this module rebuilds what the trace needs to replay what
 happened on the GPU:
 
 - the start state (the segments that existed when recording began and the
-  blocks live in them), from the trace's frees of blocks it never
-  allocated, its frees of segments it never created, and the final segments;
+  blocks live in them: start_state.py), from the trace's frees of blocks it
+  never allocated, its frees of segments it never created, and the final
+  segments;
 - the recorded segment addresses, offered to the simulated device so that
   every allocation lands where it did on the GPU;
 - the program's ``empty_cache()`` calls (runs of ``segment_free`` that are
@@ -22,83 +23,17 @@ no ``free_completed``), as blocks become reusable only then.
 """
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import numpy as np
 
+from torchmem.replay.entries import int_field
+from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.traces import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
+# Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
 EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT = 2, 3, 4, 5
-
-SMALL_SEGMENT = 2 << 20  # the native allocator's small-pool segments; large ones are never this size
-LIVE_STATES = ("active_allocated", "active_pending_free")
-
-
-@dataclass
-class StartSegment:
-    """A segment that existed when recording began, with its live blocks."""
-
-    addr: int
-    size: int
-    stream: int
-    is_small: bool
-    blocks: list[tuple[int, int, int]] = field(default_factory=list)  # (addr, size or 0 = infer, requested)
-    ids: list[int] = field(default_factory=list)                      # trace ids of the blocks
-
-
-@dataclass
-class StartRange:
-    """The range of an expandable segment when recording began: its mapped runs and live blocks."""
-
-    base: int
-    stream: int
-    is_small: bool
-    runs: list[tuple[int, int]] = field(default_factory=list)     # (addr, size) of mapped pages
-    blocks: list[tuple[int, int, int]] = field(default_factory=list)
-    ids: list[int] = field(default_factory=list)
-
-    def as_segments(self) -> list[StartSegment]:
-        """Each mapped run as a fixed segment (when the range cannot be rebuilt as one)."""
-        out = []
-        for addr, size in self.runs:
-            seg = StartSegment(addr, size, self.stream, self.is_small)
-            for block, id_ in zip(self.blocks, self.ids):
-                if addr <= block[0] < addr + size:
-                    seg.blocks.append(block)
-                    seg.ids.append(id_)
-            out.append(seg)
-        return out
-
-
-@dataclass
-class StartState:
-    """What was in memory when recording began."""
-
-    segments: list[StartSegment] = field(default_factory=list)
-    ranges: list[StartRange] = field(default_factory=list)  # expandable segments
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def reserved(self) -> int:
-        return sum(s.size for s in self.segments) + sum(size for r in self.ranges for _, size in r.runs)
-
-    @property
-    def live_blocks(self) -> int:
-        return sum(len(s.blocks) for s in self.segments) + sum(len(r.blocks) for r in self.ranges)
-
-    @property
-    def requested(self) -> int:
-        return sum(b[2] for s in [*self.segments, *self.ranges] for b in s.blocks)
-
-    def describe(self) -> str:
-        if not self.segments and not self.ranges:
-            return "recording began with an empty allocator"
-        ranges = f" and {len(self.ranges)} expandable ranges" if self.ranges else ""
-        return (f"rebuilt the state when recording began: {len(self.segments)} segments{ranges}, "
-                f"{self.live_blocks} live blocks, {self.requested / 2**30:.2f} GiB requested in "
-                f"{self.reserved / 2**30:.2f} GiB reserved")
 
 
 @dataclass
@@ -186,14 +121,6 @@ class _Columns:
             hi = lo + CHUNK
             yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
-
-def _int_field(entry: dict, key: str, where: str) -> int:
-    value = entry.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TraceError(f"{where}: {key} must be a non-negative integer, got {value!r}")
-    return value
-
-
 class _Builder:
     """One pass over a device's trace entries; see the module docstring."""
 
@@ -270,18 +197,18 @@ class _Builder:
         where = self.where(i)
         if action == "snapshot" or (action.startswith("free") and action != free_action):
             return
-        size = _int_field(entry, "size", where)
-        stream = _int_field(entry, "stream", where) if "stream" in entry else 0
+        size = int_field(entry, "size", where)
+        stream = int_field(entry, "stream", where) if "stream" in entry else 0
         if action == "oom":
             if "device_free" not in entry:
                 raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
-            device_free = _int_field(entry, "device_free", where)
+            device_free = int_field(entry, "device_free", where)
             if self.oom is None:
                 self.oom = {"index": len(self.cols.ops), "entry": i, "size": size, "stream": stream,
                             "device_free": device_free, "reserved_delta": self.reserved_delta}
             self.cols.add(FAILED_ALLOC, 0, size, stream)
             return
-        addr = _int_field(entry, "addr", where)
+        addr = int_field(entry, "addr", where)
         self.max_address = max(self.max_address, addr + size)
         if action == "alloc":
             if size == 0:
@@ -356,9 +283,9 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     for i, entry in enumerate(entries):
         b.entry(i, entry, free_action)
     b.settle_release(None)
-    start = _start_state(snapshot, b)
+    start = rebuild_start_state(snapshot, b)
     conf = recorded_conf(snapshot.get("allocator_settings"))
-    _resolve_block_sizes(start, conf or "", name, b)
+    fix_block_sizes(start, conf or "", name, b)
     capacity = None
     oom = None
     if b.oom is not None:
@@ -382,217 +309,3 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     trace.start = start
     trace.recorded = recorded
     return trace
-
-
-class _Ranges:
-    """A set of address ranges, kept as sorted disjoint [start, end) runs."""
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def add(self, addr: int, size: int) -> None:
-        self.remove(addr, size)
-        k = bisect.bisect_left(self.starts, addr)
-        self.starts.insert(k, addr)
-        self.ends.insert(k, addr + size)
-        # merge with touching neighbours
-        if k + 1 < len(self.starts) and self.starts[k + 1] == self.ends[k]:
-            self.ends[k] = self.ends.pop(k + 1)
-            self.starts.pop(k + 1)
-        if k > 0 and self.ends[k - 1] == self.starts[k]:
-            self.ends[k - 1] = self.ends.pop(k)
-            self.starts.pop(k)
-
-    def remove(self, addr: int, size: int) -> None:
-        end = addr + size
-        out_s, out_e = [], []
-        for s, e in zip(self.starts, self.ends):
-            if e <= addr or s >= end:
-                out_s.append(s)
-                out_e.append(e)
-                continue
-            if s < addr:
-                out_s.append(s)
-                out_e.append(addr)
-            if e > end:
-                out_s.append(end)
-                out_e.append(e)
-        self.starts, self.ends = out_s, out_e
-
-    def runs(self) -> list[tuple[int, int]]:
-        return list(zip(self.starts, self.ends))
-
-
-def _start_state(snapshot: dict, b: _Builder) -> StartState:
-    """Segments and live blocks when recording began, from the pass and the final segments."""
-    start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False] for a, (s, st) in b.start_segments.items()}
-    survivors: dict[int, tuple[int, int]] = {}  # addr -> (size, requested): live at start and at the end
-    still_made = dict(b.segments)
-    final_mapped = _Ranges()
-    pool_of: dict[int, tuple[int, bool]] = {}  # range start -> (stream, is_small), for expandable pages
-    live_at_end = dict(b.live)
-    segments = snapshot.get("segments")
-    if not isinstance(segments, list):
-        raise TraceError(f"{b.name}: no segments list")
-    for n, seg in enumerate(segments):
-        where = f"{b.name}: segment {n}"
-        if not isinstance(seg, dict):
-            raise TraceError(f"{where}: not a segment (expected a dict)")
-        if seg.get("device", b.device) != b.device:
-            continue
-        addr, size = _int_field(seg, "address", where), _int_field(seg, "total_size", where)
-        b.max_address = max(b.max_address, addr + size)
-        blocks = seg.get("blocks")
-        if not isinstance(blocks, list):
-            raise TraceError(f"{where}: blocks must be a list")
-        made = still_made.pop(addr, None)
-        if made is not None and made[0] != size and not seg.get("is_expandable"):
-            b.bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
-        expandable = bool(seg.get("is_expandable"))
-        stream = _int_field(seg, "stream", where) if "stream" in seg else 0
-        if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
-            final_mapped.add(addr, size)
-            pool_of[addr] = (stream, seg.get("segment_type") == "small")
-        elif made is None:
-            start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False]
-        for k, block in enumerate(blocks):
-            bwhere = f"{where} block {k}"
-            if not isinstance(block, dict):
-                raise TraceError(f"{bwhere}: not a block (expected a dict)")
-            baddr = _int_field(block, "address", bwhere)
-            state = block.get("state")
-            if state in LIVE_STATES:
-                if live_at_end.pop(baddr, None) is not None:
-                    continue
-                if baddr in b.seen:
-                    b.bad_entry(len(b.cols.ops), f"the final segments show 0x{baddr:x} allocated, but the trace frees it last")
-                    continue
-                if made is not None:
-                    b.bad_entry(made[1], f"the final segments show 0x{baddr:x} allocated in a segment the trace made, "
-                                         "but the trace never allocates it")
-                    continue
-                survivors[baddr] = (_int_field(block, "size", bwhere), _int_field(block, "requested_size", bwhere)
-                                    if "requested_size" in block else 0)
-    # Expandable segments: the pages mapped at the start are the final ones with the trace's maps
-    # undone backwards; each mapped run is rebuilt as a fixed segment.
-    for action, addr, size, stream in reversed(b.maps):
-        (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
-        pool_of.setdefault(addr, (stream, size % (20 << 20) != 0))
-    for start, end in final_mapped.runs():
-        owner = max((a for a in pool_of if a <= start), default=None)
-        stream, is_small = pool_of.get(owner, (0, (end - start) % (20 << 20) != 0))
-        start_segments[start] = [end - start, stream, is_small, True]
-    for addr, id_ in live_at_end.items():
-        b.bad_entry(len(b.cols.ops), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
-                                     "show no live block there")
-    for addr, (_, i) in still_made.items():
-        b.bad_entry(i, f"segment_alloc at 0x{addr:x}, a segment the trace never frees, is missing from the final segments")
-
-    state = StartState()
-    order = sorted(start_segments)
-    by_addr: dict[int, StartSegment] = {}
-    expandable_runs: list[int] = []
-    for addr in order:
-        size, stream, is_small, expandable = start_segments[addr]
-        by_addr[addr] = StartSegment(addr, size, stream, is_small)
-        if expandable:
-            expandable_runs.append(addr)
-    blocks: list[tuple[int, int, int, int | None]] = [(a, 0, req, id_) for a, (id_, req, _) in b.freed_at_start.items()]
-    blocks += [(a, size, req, None) for a, (size, req) in survivors.items()]
-    blocks.sort()
-    sizes = _sizes_from_later_allocs(blocks, order, by_addr, b)
-    for (addr, size, requested, id_), known in zip(blocks, sizes):
-        size = size or known
-        k = bisect.bisect_right(order, addr) - 1
-        seg = by_addr.get(order[k]) if k >= 0 else None
-        if seg is None or addr >= seg.addr + seg.size:
-            entry = b.freed_at_start.get(addr, (0, 0, len(b.cols.ops)))[2]
-            b.bad_entry(entry, f"a block at 0x{addr:x}, live when recording began, lies in no segment that existed then")
-            continue
-        if id_ is None:
-            id_ = b.new_id()
-        seg.blocks.append((addr, size, requested))
-        seg.ids.append(id_)
-    # Mapped runs of one stream and pool belong to one expandable range, which begins at the lowest
-    # address the recording ever mapped for them.
-    groups: dict[tuple[int, bool], StartRange] = {}
-    for addr in expandable_runs:
-        run = by_addr.pop(addr)
-        group = groups.setdefault((run.stream, run.is_small), StartRange(addr, run.stream, run.is_small))
-        group.runs.append((run.addr, run.size))
-        group.blocks += run.blocks
-        group.ids += run.ids
-    for action, addr, size, stream in b.maps:
-        group = groups.get((stream, size % (20 << 20) != 0))
-        if action == "segment_map" and group is not None:
-            group.base = min(group.base, addr)
-    state.segments = [by_addr[a] for a in order if a in by_addr]
-    state.ranges = list(groups.values())
-    return state
-
-
-def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _Builder) -> list[int]:
-    """Exact sizes of blocks live at the start and freed later, where the trace shows them (0 elsewhere).
-
-    At the start, the space after such a block X, up to the next live block,
-    is one free block beginning where X ends. An allocation always takes the
-    beginning of the free block it is given, so the first allocation the
-    trace places in that space while X is still live sits exactly at X's end.
-    """
-    allocs = sorted(b.allocs)
-    alloc_addrs = [a for a, _ in allocs]
-    out = []
-    for n, (addr, size, _requested, _id) in enumerate(blocks):
-        if size:
-            out.append(0)
-            continue
-        k = bisect.bisect_right(order, addr) - 1
-        seg = by_addr.get(order[k]) if k >= 0 else None
-        limit = seg.addr + seg.size if seg else addr
-        if n + 1 < len(blocks):
-            limit = min(limit, blocks[n + 1][0])
-        freed_at = b.freed_at_start[addr][2] if addr in b.freed_at_start else len(b.cols.ops)
-        first = None
-        for j in range(bisect.bisect_right(alloc_addrs, addr), bisect.bisect_left(alloc_addrs, limit)):
-            a, i = allocs[j]
-            if i < freed_at and (first is None or i < first[1]):
-                first = (a, i)
-        out.append(first[0] - addr if first else 0)
-    return out
-
-
-def _resolve_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> None:
-    """Fixes the sizes still unknown (0) by the recorded settings' rules, once: a replay under
-    other settings must start from the blocks the recorded ones made."""
-    from torchmem import _C
-
-    for r in list(start.ranges):
-        runs_end = max(a + size for a, size in r.runs)
-        capacity = max(runs_end - r.base, sum(size for _, size in r.runs)) + (20 << 20)
-        probe = _C.Replayer(capacity, 0, conf)
-        try:
-            probe.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
-        except ValueError as exc:
-            start.ranges.remove(r)
-            start.segments += r.as_segments()
-            start.segments.sort(key=lambda seg: seg.addr)
-            start.notes.append(f"an expandable range that existed when recording began is rebuilt as fixed segments "
-                               f"({exc}), so placements in it may differ")
-            continue
-        sizes = {blk["address"]: blk["size"] for s in probe.segments() for blk in s["blocks"] if blk["allocated"]}
-        r.blocks = [(addr, sizes[addr], requested) for addr, _, requested in r.blocks]
-    for seg in start.segments:
-        if all(size for _, size, _ in seg.blocks):
-            continue
-        probe = _C.Replayer(seg.size + (2 << 20), 0, conf)
-        try:
-            probe.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
-        except ValueError as exc:
-            if not b.skip:
-                raise TraceError(f"{name}: device {b.device}: the state when recording began: {exc}") from None
-            b.bad += 1
-            seg.blocks, seg.ids = [], []
-            continue
-        sizes = {blk["address"]: blk["size"] for s in probe.segments() for blk in s["blocks"] if blk["allocated"]}
-        seg.blocks = [(addr, sizes[addr], requested) for addr, _, requested in seg.blocks]

@@ -1,0 +1,14 @@
+"""Fields of snapshot entries: the checks every reader of a snapshot shares."""
+from __future__ import annotations
+
+from torchmem.traces import TraceError
+
+SMALL_SEGMENT = 2 << 20  # the native allocator's small-pool segments; large ones are never this size
+LIVE_STATES = ("active_allocated", "active_pending_free")
+
+
+def int_field(entry: dict, key: str, where: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TraceError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+    return value
