@@ -174,6 +174,7 @@ class CachingAllocator final : public Allocator {
 
   Block* make_block();
   void destroy_block(Block* block);
+  void adopt_live_block(Block* block);
 
   Device& device_;
   AllocatorConfig config_;

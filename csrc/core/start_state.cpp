@@ -31,6 +31,20 @@ std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 
 }  // namespace
 
+// A block live when recording began: in the live map and the statistics, as
+// take_block() would have put it.
+void CachingAllocator::adopt_live_block(Block* b) {
+  live_blocks_.emplace(b->addr, b);
+  for_pool_stats(b->pool->is_small, [&](size_t t) {
+    stats_.allocation[t].increase(1);
+    stats_.allocated_bytes[t].increase(static_cast<int64_t>(b->size));
+    stats_.active[t].increase(1);
+    stats_.active_bytes[t].increase(static_cast<int64_t>(b->size));
+    stats_.requested_bytes[t].increase(static_cast<int64_t>(b->requested_size));
+  });
+  if (b->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+}
+
 void CachingAllocator::restore_segment(const RecordedSegment& seg) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (seg.size == 0 || seg.size % kMinBlockSize != 0 || seg.addr % kMinBlockSize != 0) {
@@ -91,15 +105,7 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
   const bool split = tiles.size() > 1;
   for (Block* b : tiles) {
     if (b->allocated) {
-      live_blocks_.emplace(b->addr, b);
-      for_pool_stats(seg.is_small, [&](size_t t) {
-        stats_.allocation[t].increase(1);
-        stats_.allocated_bytes[t].increase(static_cast<int64_t>(b->size));
-        stats_.active[t].increase(1);
-        stats_.active_bytes[t].increase(static_cast<int64_t>(b->size));
-        stats_.requested_bytes[t].increase(static_cast<int64_t>(b->requested_size));
-      });
-      if (b->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+      adopt_live_block(b);
     } else {
       pool.insert(b);
       if (split) {
@@ -169,15 +175,7 @@ void CachingAllocator::restore_expandable(const RecordedRange& range) {
     if (last) last->next = b;
     last = b;
     if (allocated) {
-      live_blocks_.emplace(addr, b);
-      for_pool_stats(range.is_small, [&](size_t t) {
-        stats_.allocation[t].increase(1);
-        stats_.allocated_bytes[t].increase(static_cast<int64_t>(size));
-        stats_.active[t].increase(1);
-        stats_.active_bytes[t].increase(static_cast<int64_t>(size));
-        stats_.requested_bytes[t].increase(static_cast<int64_t>(requested));
-      });
-      if (size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+      adopt_live_block(b);
     } else if (mapped) {
       pool.insert(b);
     } else {
