@@ -15,7 +15,7 @@ settings.
 import argparse
 
 from torchmem import sim, workloads
-from torchmem.plots import plot_replays
+from torchmem.viz.replays import plot_replays
 from torchmem.replay import advise
 
 CONFS = ["", "expandable_segments:True", "max_split_size_mb:512", "roundup_power2_divisions:4"]

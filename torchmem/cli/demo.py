@@ -68,7 +68,7 @@ DEMO_CONFS = [
 
 def replay_fragmentation(out_dir: str) -> None:
     from torchmem import sim, workloads
-    from torchmem.plots import plot_replays
+    from torchmem.viz.replays import plot_replays
 
     shape = workloads.FRAGMENTING_SHAPE
     lengths = workloads.FRAGMENTING_LENGTHS

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         if not first.completed:
             print(f"\nWhich setting avoids it, and how much memory each needs: torchmem advise {args.trace}")
     if args.plot:
-        from torchmem.plots import plot_replays
+        from torchmem.viz.replays import plot_replays
 
         plot_replays(results, args.plot, title=args.trace)
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""Pictures of memory over time (matplotlib, imported only when drawing)."""
+"""Pictures of replays: allocated and reserved over the trace, one panel per setting (matplotlib, imported only when drawing)."""
 from __future__ import annotations
 
 from typing import Sequence
