@@ -103,7 +103,8 @@ class ReplayResult:
             "conf_source": self.conf_source,
             "device": self.recorded.device if self.recorded else None,
             "start_state": None if self.start is None else {
-                "segments": len(self.start.segments), "live_blocks": self.start.live_blocks,
+                "segments": len(self.start.segments), "expandable_ranges": len(self.start.ranges),
+                "live_blocks": self.start.live_blocks,
                 "reserved": self.start.reserved, "requested": self.start.requested},
             "recorded_oom": self.recorded_oom,
             "fidelity": self.fidelity,
@@ -116,7 +117,8 @@ class ReplayResult:
             outcome = "completed"
         else:
             o = self.oom
-            outcome = f"OOM at event {o['index']:,}: {gib(o['size'])} refused ({gib(o['allocated'])} allocated, {gib(o['reserved'])} reserved)"
+            where = f"trace entry {o['entry']:,}" if o.get("entry") is not None else f"event {o['index']:,}"
+            outcome = f"OOM at {where}: {gib(o['size'])} refused ({gib(o['allocated'])} allocated, {gib(o['reserved'])} reserved)"
         return f"{conf:<40} peak allocated {gib(self.peak_allocated):>10}, peak reserved {gib(self.peak_reserved):>10}: {outcome}"
 
     def explain(self) -> str:
