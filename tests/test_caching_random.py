@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from conftest import MiB, sim_allocator
 
-CONFS = ["", "expandable_segments:True", "max_split_size_mb:24", "roundup_power2_divisions:4", "garbage_collection_threshold:0.7,per_process_memory_fraction:1.0"]
+CONFS = ["", "expandable_segments:True", "max_split_size_mb:24", "roundup_power2_divisions:4", "garbage_collection_threshold:0.7,per_process_memory_fraction:0.9"]
 
 sizes = st.one_of(st.integers(1, 4096), st.integers(1, 2 * MiB), st.integers(MiB, 40 * MiB))
 ops = st.lists(

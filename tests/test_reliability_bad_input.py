@@ -51,7 +51,8 @@ CASES = [
     ("install-conf-bad-value", lambda: torchmem.install(conf="max_split_size_mb:abc"), ValueError, "max_split_size_mb"),
     ("install-conf-unknown-key", lambda: torchmem.install(conf="nonsense:1"), ValueError, "nonsense"),
     ("install-conf-bad-bool", lambda: torchmem.install(conf="expandable_segments:maybe"), ValueError, "True or False"),
-    ("install-conf-fraction-0", lambda: torchmem.install(conf="per_process_memory_fraction:0"), ValueError,
+    # PyTorch's range is [0.0, 1.0] (CUDAAllocatorConfig::parsePerProcessMemoryFraction): 0 is accepted.
+    ("install-conf-fraction-1.5", lambda: torchmem.install(conf="per_process_memory_fraction:1.5"), ValueError,
      "per_process_memory_fraction"),
     ("install-conf-gc-1.5", lambda: torchmem.install(conf="garbage_collection_threshold:1.5"), ValueError,
      "garbage_collection_threshold"),
@@ -77,9 +78,10 @@ CASES = [
     ("caching-double-free", lambda: (lambda a: (a.deallocate(a.allocate(10)), a.deallocate(a.segments()[0]["address"])))(
         _sim_alloc()), ValueError, "not a live allocation"),
     ("caching-free-negative", lambda: _sim_alloc().deallocate(-1), TypeError, "incompatible function arguments"),
-    ("caching-fraction-0", lambda: _sim_alloc().set_memory_fraction(0), ValueError, "(0.0, 1.0]"),
-    ("caching-fraction-nan", lambda: _sim_alloc().set_memory_fraction(float("nan")), ValueError, "(0.0, 1.0]"),
-    ("caching-fraction-2", lambda: _sim_alloc().set_memory_fraction(2), ValueError, "(0.0, 1.0]"),
+    # PyTorch's setMemoryFraction takes [0, 1]: 0 is a limit of 0 bytes, not an error.
+    ("caching-fraction-negative", lambda: _sim_alloc().set_memory_fraction(-0.5), ValueError, "[0.0, 1.0]"),
+    ("caching-fraction-nan", lambda: _sim_alloc().set_memory_fraction(float("nan")), ValueError, "[0.0, 1.0]"),
+    ("caching-fraction-2", lambda: _sim_alloc().set_memory_fraction(2), ValueError, "[0.0, 1.0]"),
     ("simdevice-page-3", lambda: _C.SimDevice(1 << 30, 3), ValueError, "power of two"),
     ("simdevice-others-over-capacity", lambda: _C.SimDevice(10, 2 << 20, 20), ValueError, "exceeds the capacity"),
     ("simdevice-negative", lambda: _C.SimDevice(-1), TypeError, "incompatible constructor arguments"),

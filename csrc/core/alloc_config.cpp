@@ -1,9 +1,11 @@
 #include "core/alloc_config.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace torchmem {
@@ -11,11 +13,12 @@ namespace torchmem {
 namespace {
 
 const char* kKeys =
-    "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
-    "garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, "
-    "per_process_memory_fraction, capacity";
+    "large_segment_size_mb, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
+    "garbage_collection_threshold, expandable_segments, per_process_memory_fraction, backend, "
+    "release_lock_on_cudamalloc, pinned_* and the other keys of PyTorch's pinned allocator, capacity";
 
 constexpr size_t kMB = 1024 * 1024;
+constexpr size_t kMaxPinnedRegisterThreads = 128;  // CUDAAllocatorConfig::pinned_max_register_threads
 
 bool is_power_of_two(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 size_t log2_floor(size_t v) { return 63 - __builtin_clzll(v); }
@@ -30,7 +33,9 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-// Splits "a:b,c:[d:e,f:g]" into top-level "key:value" items.
+// Splits "a:b,c:[d:e,f:g]" into top-level "key:value" items. One trailing
+// comma is allowed, as in PyTorch; any other empty item is an error there
+// ("Unrecognized key ','"), and here.
 std::vector<std::string> split_items(const std::string& text) {
   std::vector<std::string> items;
   std::string cur;
@@ -48,6 +53,10 @@ std::vector<std::string> split_items(const std::string& text) {
   }
   if (depth != 0) throw std::invalid_argument("allocator config: unbalanced '[' in '" + text + "'");
   items.push_back(trim(cur));
+  if (items.size() > 1 && items.back().empty()) items.pop_back();
+  for (const std::string& item : items) {
+    if (item.empty()) throw std::invalid_argument("allocator config: empty item in '" + text + "'");
+  }
   return items;
 }
 
@@ -62,40 +71,51 @@ double parse_number(const std::string& key, const std::string& value, const std:
   }
 }
 
+// A whole number that fits 64 bits (PyTorch: ConfigTokenizer::toSizeT).
 size_t parse_count(const std::string& key, const std::string& value, const std::string& allowed) {
-  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos || value.size() > 18) {
+  if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos) fail(key, value, allowed);
+  try {
+    return std::stoull(value);
+  } catch (const std::out_of_range&) {
     fail(key, value, allowed);
   }
-  return std::stoull(value);
 }
 
+// PyTorch's ConfigTokenizer::toBool takes exactly "True" and "False".
 bool parse_bool(const std::string& key, const std::string& value) {
-  if (value == "True" || value == "true" || value == "1") return true;
-  if (value == "False" || value == "false" || value == "0") return false;
-  fail(key, value, "expected True or False");
+  if (value == "True") return true;
+  if (value == "False") return false;
+  fail(key, value, "expected True or False (PyTorch takes no other spelling)");
 }
 
+// AcceleratorAllocatorConfig::parseRoundUpPower2Divisions. A single value
+// applies to every interval; a list gives, per power-of-two interval in MB,
+// the divisions from that interval on: the first entry also covers every
+// interval below it, and ">" every interval after the last one named (or
+// after the first interval when none is named before it).
 void parse_divisions(AllocatorConfig& c, const std::string& value) {
   const std::string key = "roundup_power2_divisions";
-  const std::string allowed = "a power of two (or 0), or a list like [256:1,512:2,>:8] of MB:divisions";
+  const std::string allowed = "a power of two, or a list like [256:1,512:2,>:8] of MB:divisions (0 or a power of two)";
   auto& d = c.roundup_power2_divisions;
   if (value.empty() || value.front() != '[') {
     size_t v = parse_count(key, value, allowed);
-    if (v != 0 && !is_power_of_two(v)) fail(key, value, allowed);
+    if (!is_power_of_two(v)) fail(key, value, allowed);
     d.fill(v);
     return;
   }
   if (value.back() != ']') fail(key, value, allowed);
+  const std::string inner = trim(value.substr(1, value.size() - 2));
+  if (inner.empty()) return;  // "[]": no rounding, as PyTorch
   bool first = true;
   size_t last_index = 0;
-  for (const std::string& item : split_items(value.substr(1, value.size() - 2))) {
+  for (const std::string& item : split_items(inner)) {
     size_t colon = item.find(':');
     if (colon == std::string::npos) fail(key, value, allowed);
     std::string interval = trim(item.substr(0, colon));
     size_t divisions = parse_count(key, trim(item.substr(colon + 1)), allowed);
     if (divisions != 0 && !is_power_of_two(divisions)) fail(key, value, allowed);
     if (interval == ">") {
-      for (size_t i = first ? 0 : last_index + 1; i < d.size(); ++i) d[i] = divisions;
+      for (size_t i = last_index + 1; i < d.size(); ++i) d[i] = divisions;
       continue;
     }
     size_t mb = parse_count(key, interval, allowed);
@@ -108,6 +128,17 @@ void parse_divisions(AllocatorConfig& c, const std::string& value) {
     d[index] = divisions;
     last_index = index;
   }
+}
+
+// max_split_size_mb and max_non_split_rounding_mb: at least the large
+// segment size (AcceleratorAllocatorConfig::parseMaxSplitSize), at most what
+// fits in bytes.
+size_t parse_mb_at_least(const std::string& key, const std::string& value, size_t least_bytes) {
+  const std::string allowed = "a whole number of MB, at least " + std::to_string(least_bytes / kMB) +
+                              " (the large segment size, large_segment_size_mb)";
+  size_t mb = parse_count(key, value, allowed);
+  if (mb < least_bytes / kMB) fail(key, value, allowed);
+  return std::min(mb, std::numeric_limits<size_t>::max() / kMB) * kMB;
 }
 
 }  // namespace
@@ -140,20 +171,31 @@ size_t parse_size(const std::string& text) {
 AllocatorConfig AllocatorConfig::parse(const std::string& text) {
   AllocatorConfig c;
   if (trim(text).empty()) return c;
+  std::vector<std::pair<std::string, std::string>> items;
   for (const std::string& item : split_items(text)) {
-    if (item.empty()) continue;
     size_t colon = item.find(':');
     if (colon == std::string::npos) {
       throw std::invalid_argument("allocator config: '" + item + "' is not key:value (keys: " + kKeys + ")");
     }
-    std::string key = trim(item.substr(0, colon));
-    std::string value = trim(item.substr(colon + 1));
-    if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
-      const std::string allowed = "a whole number of MB greater than 20";
-      size_t mb = parse_count(key, value, allowed);
-      if (mb <= kLargeBuffer / kMB) fail(key, value, allowed);
-      mb = std::min(mb, std::numeric_limits<size_t>::max() / kMB);
-      (key == "max_split_size_mb" ? c.max_split_size : c.max_non_split_rounding) = mb * kMB;
+    items.emplace_back(trim(item.substr(0, colon)), trim(item.substr(colon + 1)));
+  }
+  // large_segment_size_mb first, wherever it stands: it is the default of
+  // max_non_split_rounding and the least max_split_size (as PyTorch's parseArgs).
+  for (const auto& [key, value] : items) {
+    if (key != "large_segment_size_mb") continue;
+    const std::string allowed = "a whole number of MB greater than " + std::to_string(kMinLargeAlloc / kMB);
+    size_t mb = parse_count(key, value, allowed);
+    if (mb <= kMinLargeAlloc / kMB) fail(key, value, allowed);
+    c.large_segment_size = std::min(mb, std::numeric_limits<size_t>::max() / kMB) * kMB;
+  }
+  c.max_non_split_rounding = c.large_segment_size;
+  for (const auto& [key, value] : items) {
+    if (key == "large_segment_size_mb") {
+      // done above
+    } else if (key == "max_split_size_mb") {
+      c.max_split_size = parse_mb_at_least(key, value, c.large_segment_size);
+    } else if (key == "max_non_split_rounding_mb") {
+      c.max_non_split_rounding = parse_mb_at_least(key, value, c.large_segment_size);
     } else if (key == "roundup_power2_divisions") {
       parse_divisions(c, value);
     } else if (key == "garbage_collection_threshold") {
@@ -163,15 +205,27 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text) {
       c.garbage_collection_threshold = v;
     } else if (key == "expandable_segments") {
       c.expandable_segments = parse_bool(key, value);
-    } else if (key == "release_lock_on_cudamalloc") {
-      parse_bool(key, value);  // accepted for compatibility; torchmem always holds its lock
+    } else if (key == "per_process_memory_fraction") {
+      const std::string allowed = "a number in [0.0, 1.0]";
+      double v = parse_number(key, value, allowed);
+      if (!(v >= 0.0 && v <= 1.0)) fail(key, value, allowed);
+      c.per_process_memory_fraction = v;
     } else if (key == "backend") {
       if (value != "native") fail(key, value, "torchmem implements the native backend only");
-    } else if (key == "per_process_memory_fraction") {
-      const std::string allowed = "a number in (0.0, 1.0]";
-      double v = parse_number(key, value, allowed);
-      if (!(v > 0.0 && v <= 1.0)) fail(key, value, allowed);
-      c.per_process_memory_fraction = v;
+    } else if (key == "release_lock_on_cudamalloc" || key == "release_lock_on_hipmalloc" ||
+               key == "pinned_use_background_threads" || key == "pinned_use_cuda_host_register" ||
+               key == "pinned_use_hip_host_register" || key == "pinned_free_catch_all" ||
+               key == "graph_capture_record_stream_reuse" || key == "throw_on_cudamalloc_oom") {
+      parse_bool(key, value);
+    } else if (key == "pinned_max_round_threshold_mb" || key == "pinned_max_cached_size_mb") {
+      parse_count(key, value, "a whole number of MB");
+    } else if (key == "pinned_num_register_threads") {
+      const std::string allowed = "a power of two, at most " + std::to_string(kMaxPinnedRegisterThreads);
+      size_t v = parse_count(key, value, allowed);
+      if (!is_power_of_two(v) || v > kMaxPinnedRegisterThreads) fail(key, value, allowed);
+    } else if (key == "pinned_reserve_segment_size_mb") {
+      const std::string allowed = "a whole number of MB greater than 0";
+      if (parse_count(key, value, allowed) == 0) fail(key, value, allowed);
     } else if (key == "capacity") {
       c.capacity = parse_size(value);
       if (c.capacity == 0) fail(key, value, "a size greater than zero");
@@ -197,8 +251,10 @@ std::string AllocatorConfig::to_string() const {
     out << sep << key << ':' << value;
     sep = ",";
   };
+  if (large_segment_size != defaults.large_segment_size)
+    item("large_segment_size_mb", std::to_string(large_segment_size / kMB));
   if (max_split_size != defaults.max_split_size) item("max_split_size_mb", std::to_string(max_split_size / kMB));
-  if (max_non_split_rounding != defaults.max_non_split_rounding)
+  if (max_non_split_rounding != large_segment_size)
     item("max_non_split_rounding_mb", std::to_string(max_non_split_rounding / kMB));
   if (roundup_power2_divisions != defaults.roundup_power2_divisions) {
     std::string list = "[";
@@ -209,7 +265,7 @@ std::string AllocatorConfig::to_string() const {
   }
   if (garbage_collection_threshold != 0.0) item("garbage_collection_threshold", std::to_string(garbage_collection_threshold));
   if (expandable_segments) item("expandable_segments", "True");
-  if (per_process_memory_fraction != 0.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
+  if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
   if (capacity != 0) item("capacity", std::to_string(capacity));
   return out.str();
 }

@@ -2,12 +2,28 @@
 // PYTORCH_CUDA_ALLOC_CONF's grammar: "key:value,key:value", lists in
 // brackets ("roundup_power2_divisions:[256:1,512:2,>:8]").
 //
-// Keys (PyTorch's): max_split_size_mb, max_non_split_rounding_mb,
-// roundup_power2_divisions, garbage_collection_threshold,
-// expandable_segments, backend (native only), release_lock_on_cudamalloc.
-// torchmem's own: per_process_memory_fraction (0 < f <= 1, as
-// torch.cuda.set_per_process_memory_fraction) and capacity (device
-// capacity, e.g. "8GiB", "512MB" or bytes; host and sim devices).
+// What PyTorch accepts, parse() accepts; what PyTorch rejects, parse()
+// rejects (c10::CachingAllocator::AcceleratorAllocatorConfig::parseArgs and
+// c10::cuda::CUDACachingAllocator::CUDAAllocatorConfig::parseArgs), with a
+// message naming the key and what it takes. Two knowing differences:
+// - numbers must be whole: PyTorch reads a prefix (std::stoull, std::stod),
+//   so it takes "64MB" as 64, "-5" as 2^64 - 5 and "0.6x" as 0.6; torchmem
+//   rejects them;
+// - backend takes "native" only (torchmem is the native policy).
+//
+// Keys that decide placements: large_segment_size_mb, max_split_size_mb,
+// max_non_split_rounding_mb, roundup_power2_divisions,
+// garbage_collection_threshold, expandable_segments,
+// per_process_memory_fraction. PyTorch keys checked and then ignored
+// (torchmem has no pinned host allocator, and holds its lock on device
+// calls): release_lock_on_cudamalloc, release_lock_on_hipmalloc,
+// pinned_use_background_threads, pinned_max_round_threshold_mb,
+// pinned_max_cached_size_mb, pinned_use_cuda_host_register,
+// pinned_use_hip_host_register, pinned_num_register_threads,
+// pinned_reserve_segment_size_mb, pinned_free_catch_all,
+// graph_capture_record_stream_reuse, throw_on_cudamalloc_oom.
+// torchmem's own: capacity (device capacity, e.g. "8GiB", "512MB" or
+// bytes; host and sim devices).
 // parse() throws std::invalid_argument naming the key and what it accepts.
 #pragma once
 
@@ -22,18 +38,23 @@ namespace torchmem {
 constexpr size_t kMinBlockSize = 512;          // all sizes round up to 512 B
 constexpr size_t kSmallSize = 1048576;         // largest "small" request: 1 MiB
 constexpr size_t kSmallBuffer = 2097152;       // small-pool segments: 2 MiB
-constexpr size_t kLargeBuffer = 20971520;      // segments for 1-10 MiB requests: 20 MiB
+constexpr size_t kLargeBuffer = 20971520;      // default large_segment_size: 20 MiB
 constexpr size_t kMinLargeAlloc = 10485760;    // from 10 MiB, segments fit the request
 constexpr size_t kRoundLarge = 2097152;        // ... rounded up to 2 MiB
 constexpr size_t kRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB, one per power of two
 
 struct AllocatorConfig {
+  // Segments for requests of 1 to 10 MiB, and the large pool's expandable
+  // page size; also the least max_split_size and max_non_split_rounding.
+  size_t large_segment_size = kLargeBuffer;
   size_t max_split_size = std::numeric_limits<size_t>::max();
-  size_t max_non_split_rounding = kLargeBuffer;
+  size_t max_non_split_rounding = kLargeBuffer;  // default: large_segment_size
   std::array<size_t, kRoundUpPowerOfTwoIntervals> roundup_power2_divisions{};
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
-  double per_process_memory_fraction = 0.0;  // 0: not set (no limit, no garbage collection)
+  // 1: no limit, and so no garbage collection (PyTorch sets a limit only
+  // below 1; DeviceCachingAllocator::setMemoryFraction).
+  double per_process_memory_fraction = 1.0;
   size_t capacity = 0;  // 0: the device's own
 
   static AllocatorConfig parse(const std::string& text);

@@ -1,23 +1,30 @@
 // Note [Caching policy]
-// The rules of PyTorch's native CUDA caching allocator, in the order a
-// request meets them:
+// The rules of PyTorch's native CUDA caching allocator
+// (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator), in the order
+// a request meets them:
 // - Sizes round up to 512 B, or to the next 1/n of a power of two when
-//   roundup_power2_divisions gives n for the size's interval.
+//   roundup_power2_divisions gives n > 1 for the size's interval and the size
+//   is over n * 512 B (round_size).
 // - Requests up to 1 MiB are served from the small pool, whose segments are
-//   2 MiB; larger ones from the large pool, whose segments are 20 MiB for
-//   requests under 10 MiB and the request rounded up to 2 MiB above.
+//   2 MiB; larger ones from the large pool, whose segments are
+//   large_segment_size (20 MiB) for requests under 10 MiB and the request
+//   rounded up to 2 MiB above (get_allocation_size).
 // - Best fit: the smallest cached block of the same stream that is large
 //   enough, lowest address among equals. A block of max_split_size or more is
 //   never given to a request under max_split_size, and a request of
 //   max_split_size or more only takes a block less than
-//   max_non_split_rounding larger than itself.
-// - A found block is split when the remainder is at least 512 B (small pool)
-//   or more than 1 MiB and the request is under max_split_size (large pool).
+//   max_non_split_rounding larger than itself (get_free_block).
+// - A found block is split when the remainder is at least 512 B (small pool,
+//   expandable segments) or more than 1 MiB and the request is under
+//   max_split_size (large pool) (should_split).
 // - On a miss: free-memory callbacks and another search; garbage collection
-//   (only with a memory fraction and a threshold); a new segment; on failure,
-//   release cached blocks of max_split_size or more and retry; then release
-//   every unsplit cached segment and retry once more; then out of memory.
-// - A freed block merges with free neighbours of its segment.
+//   (only under a memory fraction below 1 and with a threshold); a new
+//   segment, refused when it would take reserved memory over the fraction's
+//   limit; on failure, release cached blocks of max_split_size or more and
+//   retry (release_available_cached_blocks); then release every unsplit
+//   cached segment and retry once more, counted in num_alloc_retries; then
+//   out of memory (malloc).
+// - A freed block merges with free neighbours of its segment (free_block).
 #include "core/caching_allocator.h"
 
 #include <algorithm>
@@ -35,9 +42,9 @@ constexpr size_t kMaxRequest = size_t(1) << 60;
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
-size_t allocation_size(size_t size) {
+size_t allocation_size(size_t size, size_t large_segment_size) {
   if (size <= kSmallSize) return kSmallBuffer;
-  if (size < kMinLargeAlloc) return kLargeBuffer;
+  if (size < kMinLargeAlloc) return large_segment_size;
   return round_up(size, kRoundLarge);
 }
 
@@ -77,7 +84,7 @@ CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
     : device_(device), config_(config) {
   stats_.max_split_size = static_cast<int64_t>(
       std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
-  if (config_.per_process_memory_fraction > 0.0) set_memory_fraction(config_.per_process_memory_fraction);
+  set_memory_fraction(config_.per_process_memory_fraction);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -119,13 +126,14 @@ size_t CachingAllocator::limit_bytes() const {
 }
 
 void CachingAllocator::set_memory_fraction(double fraction) {
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
-    throw std::invalid_argument("memory fraction must be in (0.0, 1.0], got " + std::to_string(fraction));
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {
+    throw std::invalid_argument("memory fraction must be in [0.0, 1.0], got " + std::to_string(fraction));
   }
   std::lock_guard<std::mutex> lock(mutex_);
   memory_fraction_ = fraction;
-  fraction_set_ = true;
+  fraction_set_ = fraction < 1.0;  // 1: no limit, as PyTorch's setMemoryFraction
 }
+
 
 void CachingAllocator::add_free_memory_callback(std::function<bool()> callback) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -146,7 +154,7 @@ void* CachingAllocator::allocate(size_t size, Stream stream) {
   if (size > kMaxRequest) throw_oom(r);
   r.size = round_size(size);
   r.pool = &pool_for(r.size);
-  r.alloc_size = allocation_size(r.size);
+  r.alloc_size = allocation_size(r.size, config_.large_segment_size);
 
   Block* block = find_free_block(r);
   if (!block && trigger_free_memory_callbacks()) block = find_free_block(r);
@@ -505,9 +513,13 @@ size_t CachingAllocator::largest_free_block() const {
 void CachingAllocator::throw_oom(const Request& r) {
   ++stats_.num_ooms;
   const size_t device_free = device_.free_bytes();
-  history_.record(Action::kOom, device_free, r.requested, r.stream);
+  // PyTorch's malloc records the rounded size in the trace and reports the
+  // segment it tried to get (alloc_size) in the message and to observers. A
+  // request over kMaxRequest fails before either is worked out.
+  history_.record(Action::kOom, device_free, r.size ? r.size : r.requested, r.stream);
   OomInfo info;
   info.requested = r.requested;
+  info.alloc_size = r.alloc_size ? r.alloc_size : r.requested;
   info.allocated = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
   info.reserved = static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
   info.largest_free = largest_free_block_locked();
@@ -517,7 +529,7 @@ void CachingAllocator::throw_oom(const Request& r) {
   // PyTorch's wording: the device's own total and free, then the limit a
   // memory fraction sets ("N allowed; "), then what the allocator holds.
   std::ostringstream msg;
-  msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.requested) << ". Device "
+  msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.alloc_size) << ". Device "
       << device_.name() << " has a total capacity of " << format_size(info.device_total) << " of which "
       << format_size(info.device_free) << " is free. "
       << (fraction_set_ ? format_size(info.allowed) + " allowed; " : std::string())

@@ -107,8 +107,10 @@ class CachingAllocator final : public Allocator {
   // into this allocator (a deallocate() from a callback deadlocks).
   void add_free_memory_callback(std::function<bool()> callback);
 
-  // Limit reserved memory to fraction * device.total_bytes(); enables the
-  // garbage collection threshold, as torch.cuda.set_per_process_memory_fraction.
+  // Limits reserved memory to fraction * device.total_bytes() and enables the
+  // garbage collection threshold when fraction < 1; 1 lifts the limit (as
+  // torch.cuda.set_per_process_memory_fraction). Throws
+  // std::invalid_argument outside [0, 1].
   void set_memory_fraction(double fraction);
 
   DeviceStats stats() const;
@@ -190,7 +192,7 @@ class CachingAllocator final : public Allocator {
   DeviceStats stats_;
   size_t total_reserved_ = 0;
   double memory_fraction_ = 1.0;
-  bool fraction_set_ = false;
+  bool fraction_set_ = false;  // a limit applies: memory_fraction_ < 1
   History history_;
   std::vector<std::function<bool()>> free_memory_callbacks_;
 };

@@ -45,9 +45,9 @@ Block* CachingAllocator::find_expandable_space(const Request& r) {
     Block* candidate = allocatable((*it)->prev) ? (*it)->prev : *it;
     if (has_room(candidate)) return candidate;
   }
-  const size_t page = pool.is_small ? kSmallBuffer : kLargeBuffer;
-  const size_t total = device_.total_bytes();
-  const size_t max_pages = (total + total / 8 + page - 1) / page;
+  const size_t page = pool.is_small ? kSmallBuffer : config_.large_segment_size;
+  const size_t reach = device_.total_bytes() + device_.total_bytes() / 8;  // as PyTorch: 9/8 of the device
+  const size_t max_pages = reach / page + (reach % page != 0);
   try {
     expandable_segments_.push_back(std::make_unique<ExpandableSegment>(device_, r.stream, page, max_pages));
   } catch (const std::runtime_error&) {

@@ -3,10 +3,11 @@
 // device for one segment per miss. It reserves one large address range per
 // pool and stream (9/8 of the device's capacity, so it never runs out) and
 // maps pages into it as the pool grows: 2 MiB pages for the small pool,
-// 20 MiB pages for the large pool. Blocks of a range are split and merged
-// as usual; pages that become wholly free can be unmapped (empty_cache, the
-// out-of-memory retry) without moving anything, so one range grows and
-// shrinks instead of leaving fixed-size holes between segments.
+// large_segment_size pages (20 MiB by default) for the large pool. Blocks
+// of a range are split and merged as usual; pages that become wholly free can
+// be unmapped (empty_cache, the out-of-memory retry) without moving anything,
+// so one range grows and shrinks instead of leaving fixed-size holes between
+// segments.
 //
 // ExpandableSegment tracks which pages of its range are mapped. Contract:
 // - map(addr, size) maps every page touching [addr, addr+size) that is not

@@ -11,6 +11,7 @@ namespace torchmem {
 
 struct OomInfo {
   size_t requested = 0;         // bytes asked for by the caller
+  size_t alloc_size = 0;        // the segment the allocator tried to get (else requested)
   size_t allocated = 0;         // bytes in live allocations
   size_t reserved = 0;          // bytes held from the device
   size_t largest_free = 0;      // largest free cached block

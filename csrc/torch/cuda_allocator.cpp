@@ -159,7 +159,7 @@ CudaAllocator::DeviceState* CudaAllocator::existing_state(int device) {
 
 std::shared_ptr<CachingAllocator> CudaAllocator::make_allocator(DeviceState& s) {
   auto allocator = std::make_shared<CachingAllocator>(s.device, config_);
-  if (s.fraction > 0.0) allocator->set_memory_fraction(s.fraction);
+  if (s.fraction >= 0.0) allocator->set_memory_fraction(s.fraction);
   enable_history(*allocator);
   return allocator;
 }
@@ -277,7 +277,9 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
       std::lock_guard<std::mutex> lock(observers_mutex_);
       observers = oom_observers_;
     }
-    for (auto& observer : observers) observer(device, info.allocated, info.allowed, info.device_free);
+    // As PyTorch's malloc: the size of the failed segment, the limit, the device's free bytes.
+    const size_t failed = info.alloc_size ? info.alloc_size : info.requested;  // arenas have no segment size
+    for (auto& observer : observers) observer(device, failed, info.allowed, info.device_free);
     TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()));
   } catch (...) {
     t_context.reset();
@@ -539,7 +541,7 @@ double CudaAllocator::getMemoryFraction(c10::DeviceIndex device) {
   DeviceState* s = existing_state(device);
   if (!s) return 1.0;
   std::lock_guard<std::mutex> lock(s->mutex);
-  return s->fraction > 0.0 ? s->fraction : 1.0;
+  return s->fraction >= 0.0 ? s->fraction : config_.per_process_memory_fraction;
 }
 
 void CudaAllocator::attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer) {

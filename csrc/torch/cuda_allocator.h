@@ -168,7 +168,7 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
     std::vector<Route> routes;                                // innermost last
     std::unordered_map<void*, std::vector<Stream>> stream_uses;
     std::deque<DeferredFree> deferred;
-    double fraction = 0.0;                                    // 0: not set
+    double fraction = -1.0;                                   // < 0: not set (the config's applies)
   };
 
   CudaAllocator();

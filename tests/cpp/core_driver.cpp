@@ -515,7 +515,8 @@ void test_caching_bad_input() {
     CHECK_THROWS(OutOfMemory, a.allocate(std::numeric_limits<size_t>::max() - 511));
     CHECK_THROWS(OutOfMemory, a.allocate(size_t(1) << 50));
     CHECK_THROWS(OutOfMemory, a.allocate(2 * GiB));
-    for (double f : {0.0, -0.5, 1.5, std::nan(""), std::numeric_limits<double>::infinity()})
+    // PyTorch takes a fraction in [0, 1] (DeviceCachingAllocator::setMemoryFraction): 0 is a limit of 0 bytes.
+    for (double f : {-0.5, 1.5, std::nan(""), std::numeric_limits<double>::infinity()})
       CHECK_THROWS(std::invalid_argument, a.set_memory_fraction(f));
     INVARIANTS(a);
     CHECK(a.stats().num_ooms == 4);
@@ -523,8 +524,9 @@ void test_caching_bad_input() {
   DEVICE_CLEAN(dev);
   for (const char* bad :
        {"max_split_size_mb:abc", "max_split_size_mb:-5", "max_split_size_mb", "nonsense_key:1", "expandable_segments:maybe",
-        "garbage_collection_threshold:1.5", "garbage_collection_threshold:nan", "per_process_memory_fraction:0",
-        "per_process_memory_fraction:2", "roundup_power2_divisions:3", "roundup_power2_divisions:[256:1,", "backend:cudaMallocAsync",
+        "garbage_collection_threshold:1.5", "garbage_collection_threshold:nan", "per_process_memory_fraction:-0.1",
+        "per_process_memory_fraction:2", "expandable_segments:true", "max_split_size_mb:19", "large_segment_size_mb:10",
+        "roundup_power2_divisions:0", "max_split_size_mb:64,,expandable_segments:True", "roundup_power2_divisions:3", "roundup_power2_divisions:[256:1,", "backend:cudaMallocAsync",
         "capacity:lots", "capacity:-1GiB", ":", "max_split_size_mb:99999999999999999999999"}) {
     std::string why = expect_throw<std::invalid_argument>([&] { AllocatorConfig::parse(bad); });
     CHECK_MSG(why.empty(), std::string("config '") + bad + "': " + why);
