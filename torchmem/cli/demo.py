@@ -62,7 +62,7 @@ DEMO_CONFS = [
     "",
     "expandable_segments:True",
     "max_split_size_mb:512",
-    "garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.99",
 ]
 
 

@@ -29,7 +29,7 @@ SINGLE_SETTINGS = (
     "max_split_size_mb:128",
     "max_split_size_mb:256",
     "max_split_size_mb:512",
-    "garbage_collection_threshold:0.8,per_process_memory_fraction:1.0",
+    "garbage_collection_threshold:0.8,per_process_memory_fraction:0.99",
     "roundup_power2_divisions:4",
 )
 
