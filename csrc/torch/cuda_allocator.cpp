@@ -278,7 +278,8 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
       observers = oom_observers_;
     }
     for (auto& observer : observers) observer(device, info.allocated, info.allowed, info.device_free);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()));
+    const std::string notes = note_observers_.notify(device, info);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()), notes);
   } catch (...) {
     t_context.reset();
     throw;
