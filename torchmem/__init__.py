@@ -7,7 +7,9 @@ One line swaps PyTorch's allocator for torchmem's caching allocator::
 
 and the functions below mirror ``torch.cuda.memory``: ``memory_stats()``,
 ``memory_allocated()``, ``memory_reserved()``, ``empty_cache()``,
-``memory_summary()`` and friends.
+``memory_summary()`` and friends. ``dump_on_oom()`` (or
+``install(dump_on_oom=True)``) writes a snapshot when an out-of-memory error
+is raised, for ``torchmem replay`` and ``torchmem advise`` (docs/oom.md).
 """
 from torchmem._install import install, installed, uninstall
 from torchmem.memory import (
@@ -28,6 +30,7 @@ from torchmem.arena import Arena, ArenaEscapeError, arena
 from torchmem.paged import OutOfBlocksError, PagedKVCache
 from torchmem.planned import planned, planned_step
 from torchmem.compact import CompactReport, compact
+from torchmem.oom import dump_on_oom
 
 __version__ = "0.1.0"
 
@@ -40,6 +43,7 @@ __all__ = [
     "arena",
     "caching_allocator",
     "compact",
+    "dump_on_oom",
     "dump_snapshot",
     "empty_cache",
     "install",

@@ -23,7 +23,8 @@ def resolve_conf(conf: str | None) -> str:
     return _C.parse_config(conf)
 
 
-def install(kind: str = "caching", conf: str | None = None) -> None:
+def install(kind: str = "caching", conf: str | None = None,
+            dump_on_oom: "str | os.PathLike | bool | None" = None) -> None:
     """Make torchmem's caching allocator PyTorch's allocator: on a machine
     with CUDA, the CUDA allocator (before CUDA initialises; see docs/cuda.md);
     otherwise the CPU allocator.
@@ -34,19 +35,36 @@ def install(kind: str = "caching", conf: str | None = None) -> None:
             ("max_split_size_mb:128,garbage_collection_threshold:0.8");
             defaults to $TORCHMEM_ALLOC_CONF. torchmem adds ``capacity``
             (e.g. "8GiB") and ``per_process_memory_fraction``.
+        dump_on_oom: True, or a path template, to call
+            ``torchmem.dump_on_oom(path)`` once installed: history is recorded
+            and an out-of-memory error writes a snapshot (True: the default
+            path, "oom_rank{rank}_pid{pid}.pickle"). See torchmem.oom.
 
     Installing again with another config starts a fresh caching allocator;
     tensors made by the old one are still freed correctly.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
+    if not (dump_on_oom is None or isinstance(dump_on_oom, (bool, str, os.PathLike))):
+        raise TypeError(f"dump_on_oom must be True, False, None or a path, not {type(dump_on_oom).__name__}")
+    if not isinstance(dump_on_oom, (bool, type(None))):
+        from torchmem.oom.files import check_template
+
+        check_template(dump_on_oom)  # a bad template is refused before anything is installed
     conf = resolve_conf(conf)
     if torch.cuda.is_available():
         from torchmem.cuda import install_cuda
 
         install_cuda(kind, conf)
-        return
-    _C.cpu_install(conf)
+    else:
+        _C.cpu_install(conf)
+    from torchmem.oom import dump
+
+    dump.after_install()
+    if dump_on_oom is True:
+        dump.dump_on_oom()
+    elif dump_on_oom not in (None, False):
+        dump.dump_on_oom(dump_on_oom)
 
 
 def uninstall() -> None:

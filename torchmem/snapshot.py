@@ -128,7 +128,8 @@ def memory_snapshot(device: Any = None) -> dict:
         frames_of=table.frames if table is not None else None,
         include_traces=recording and state["mode"] != "state",
         device=key[1],
-        settings={"backend": "torchmem", "conf": allocator.config, "device": allocator.device},
+        settings={**allocator.allocator_settings, "backend": "torchmem", "conf": allocator.config,
+                  "device": allocator.device},
     )
 
 

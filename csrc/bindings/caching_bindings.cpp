@@ -57,6 +57,9 @@ void bind_caching(py::module_& m) {
            py::arg("max_entries"))
       .def("history", [](const CachingAllocator& a) { return trace_to_list(a.history_entries()); })
       .def_property_readonly("config", [](const CachingAllocator& a) { return a.config().to_string(); })
+      .def_property_readonly(
+          "allocator_settings", [](const CachingAllocator& a) { return config_to_settings(a.config()); },
+          "The config in the layout of a PyTorch snapshot's allocator_settings.")
       .def_property_readonly("device", [](CachingAllocator& a) { return a.device().name(); });
 }
 

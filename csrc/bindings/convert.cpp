@@ -91,6 +91,32 @@ py::list trace_to_list(const std::vector<TraceEntry>& entries) {
   return out;
 }
 
+py::dict config_to_settings(const AllocatorConfig& config) {
+  py::dict d;
+  d["PYTORCH_CUDA_ALLOC_CONF"] = config.to_string();
+  d["max_split_size"] = config.max_split_size == AllocatorConfig{}.max_split_size
+                            ? int64_t{-1}
+                            : static_cast<int64_t>(config.max_split_size);
+  d["max_non_split_rounding"] = config.max_non_split_rounding;
+  d["garbage_collection_threshold"] = config.garbage_collection_threshold;
+  d["expandable_segments"] = config.expandable_segments;
+  py::dict divisions;
+  for (size_t i = 0; i < config.roundup_power2_divisions.size(); ++i) {
+    divisions[py::str(std::to_string(size_t(1) << i))] = config.roundup_power2_divisions[i];
+  }
+  d["roundup_power2_divisions"] = divisions;
+  return d;
+}
+
+bool python_alive() {
+  if (!Py_IsInitialized()) return false;
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsFinalizing();
+#else
+  return !_Py_IsFinalizing();
+#endif
+}
+
 void register_out_of_memory(py::module_& m) {
   static py::object oom_type = py::module_::import("torch").attr("OutOfMemoryError");
   m.attr("OutOfMemoryError") = oom_type;

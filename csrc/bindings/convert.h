@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "core/alloc_config.h"
 #include "core/block.h"
 #include "core/history.h"
 #include "core/stats.h"
@@ -17,6 +18,15 @@ namespace torchmem::bindings {
 pybind11::dict stats_to_dict(const DeviceStats& stats);
 pybind11::list segments_to_list(const std::vector<SegmentInfo>& segments);
 pybind11::list trace_to_list(const std::vector<TraceEntry>& entries);
+// A config in the layout of a PyTorch snapshot's "allocator_settings":
+// PYTORCH_CUDA_ALLOC_CONF (the config string), max_split_size (bytes, -1 for
+// no limit), max_non_split_rounding (bytes), garbage_collection_threshold,
+// expandable_segments, roundup_power2_divisions ({"1": n, "2": n, ...,
+// "32768": n}, keyed by the interval's size in MiB as the config grammar).
+pybind11::dict config_to_settings(const AllocatorConfig& config);
+
+// Whether the interpreter is up and not finalizing (Python may be called).
+bool python_alive();
 
 // Registers the translation of torchmem::OutOfMemory to torch.OutOfMemoryError.
 void register_out_of_memory(pybind11::module_& m);

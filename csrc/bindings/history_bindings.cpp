@@ -34,15 +34,6 @@ namespace torchmem::bindings {
 
 namespace {
 
-bool python_alive() {
-  if (!Py_IsInitialized()) return false;
-#if PY_VERSION_HEX >= 0x030D0000
-  return !Py_IsFinalizing();
-#else
-  return !_Py_IsFinalizing();
-#endif
-}
-
 struct VectorHash {
   size_t operator()(const std::vector<uint32_t>& v) const noexcept {
     uint64_t h = 1469598103934665603ull;

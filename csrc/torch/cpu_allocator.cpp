@@ -94,7 +94,8 @@ c10::DataPtr CpuAllocator::allocate(size_t n) {
     try {
       ptr = target->allocate(n);
     } catch (const OutOfMemory& e) {
-      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+      const std::string notes = oom_observers_.notify(0, e.info());  // the allocator's lock is released here
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e.what(), notes);
     }
   }
   return {ptr, ptr, &delete_pointer, c10::Device(c10::DeviceType::CPU)};

@@ -12,6 +12,9 @@
 // - A thread may route its allocations to another torchmem Allocator (an
 //   arena) with push_thread_allocator(); the deleter finds it again on any
 //   thread while it has live allocations.
+// - Out of memory: the observers of oom_observers() are told (outside the
+//   caching allocator's lock) before c10::OutOfMemoryError is raised, and
+//   their notes end its message; this holds for thread allocators too.
 // - install()/uninstall() are not thread safe with respect to concurrent
 //   allocation by other threads (neither is c10::SetAllocator).
 #pragma once
@@ -25,6 +28,7 @@
 #include "core/alloc_config.h"
 #include "core/caching_allocator.h"
 #include "core/host_device.h"
+#include "core/oom_observers.h"
 
 namespace torchmem::glue {
 
@@ -42,6 +46,9 @@ class CpuAllocator final : public c10::Allocator {
 
   // The caching allocator serving allocations (null before the first install).
   std::shared_ptr<CachingAllocator> caching() const;
+
+  // Told of every out-of-memory error this allocator raises (device 0).
+  OomObservers& oom_observers() { return oom_observers_; }
 
   static void push_thread_allocator(std::shared_ptr<torchmem::Allocator> allocator);
   static void pop_thread_allocator();
@@ -62,6 +69,7 @@ class CpuAllocator final : public c10::Allocator {
   std::shared_ptr<HostDevice> device_;
   std::shared_ptr<CachingAllocator> caching_;
   std::vector<std::shared_ptr<HostDevice>> retired_devices_;
+  OomObservers oom_observers_;
   std::vector<std::shared_ptr<CachingAllocator>> retired_;   // still own live blocks
   // Thread allocators seen. Replaced on push/pop, never changed in place, so
   // a free takes the list with one reference count instead of copying it.

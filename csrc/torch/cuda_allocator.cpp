@@ -280,7 +280,8 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
     // As PyTorch's malloc: the size of the failed segment, the limit, the device's free bytes.
     const size_t failed = info.alloc_size ? info.alloc_size : info.requested;  // arenas have no segment size
     for (auto& observer : observers) observer(device, failed, info.allowed, info.device_free);
-    TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()));
+    const std::string notes = note_observers_.notify(device, info);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, cuda_oom_message(s.device.name(), e.what()), notes);
   } catch (...) {
     t_context.reset();
     throw;

@@ -8,7 +8,9 @@
 // resetAccumulatedStats), memory_snapshot() / _dump_snapshot() (snapshot),
 // _record_memory_history() (recordHistory), cudnn's workspace sizing
 // (cacheInfo) and torch.cuda.OutOfMemoryError (the malloc hook rethrows
-// torchmem::OutOfMemory as c10::OutOfMemoryError).
+// torchmem::OutOfMemory as c10::OutOfMemoryError, after telling PyTorch's
+// out-of-memory observers and then torchmem's, oom_observers(), whose notes
+// end the message).
 //
 // State is per device (one CudaDevice and one CachingAllocator each, made on
 // first use, so no CUDA context is created on a device that is never used):
@@ -62,6 +64,7 @@
 #include "core/alloc_config.h"
 #include "core/allocator.h"
 #include "core/caching_allocator.h"
+#include "core/oom_observers.h"
 #include "cuda/cuda_device.h"
 
 // Version differences are handled without guessing release numbers where
@@ -90,6 +93,9 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
 
   // The caching allocator of a device's default pool (made on first use).
   std::shared_ptr<CachingAllocator> caching(int device);
+  // Told of every out-of-memory error raised to PyTorch (with the device
+  // index), after PyTorch's own observers; their notes end the message.
+  OomObservers& oom_observers() { return note_observers_; }
   // Frees waiting on stream events, and private pools alive, on a device.
   size_t pending_frees(int device);
   size_t pool_count(int device);
@@ -205,7 +211,8 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   std::array<std::atomic<DeviceState*>, kMaxDevices> devices_{};  // written once each, never freed
   std::array<std::once_flag, kMaxDevices> device_once_;
   std::mutex observers_mutex_;
-  std::vector<c10cca::OutOfMemoryObserver> oom_observers_;
+  std::vector<c10cca::OutOfMemoryObserver> oom_observers_;   // PyTorch's (attachOutOfMemoryObserver)
+  OomObservers note_observers_;                              // torchmem's (oom_observers())
 
   // History: settings for allocators made later, and the stack contexts the
   // recorder gathered, by the id the core's history stores.

@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ["demo", "replay", "advise", "plan", "stats", "plot", "viz"]
+COMMANDS = ["demo", "replay", "advise", "ranks", "plan", "stats", "plot", "viz"]
 
 
 def build_parser() -> argparse.ArgumentParser:
