@@ -68,7 +68,8 @@ def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
     path = str(tmp_path / f"oom_rank0_pid{out['pid']}.pickle")
     assert out["written"] == [path]
     message = out["message"]
-    assert message.startswith("cpu out of memory. Tried to allocate 5.00 MiB.")
+    # A 5 MiB request: as PyTorch's, the message gives the 20 MiB segment the allocator tried to get.
+    assert message.startswith("cpu out of memory. Tried to allocate 20.00 MiB.")
     assert f"wrote a snapshot of this out-of-memory error to {path} (rank 0)" in message
     assert f"torchmem replay {path}" in message and f"torchmem advise {path}" in message
 
@@ -154,7 +155,7 @@ def test_full_disk_loses_the_snapshot_not_the_oom(tmp_path):
     """, str(tmp_path))
     out = last_json(proc)
     message = out["message"]
-    assert message.startswith("cpu out of memory. Tried to allocate 5.00 MiB.")
+    assert message.startswith("cpu out of memory. Tried to allocate 20.00 MiB.")
     assert "could not write the snapshot of this out-of-memory error to" in message
     assert "File too large" in message and "the error above is the original one" in message
     assert out["written"] == [] and len(out["failures"]) == 1
@@ -176,7 +177,7 @@ def test_an_observer_that_fails_never_hides_the_oom(tmp_path):
             print(json.dumps({"message": str(e)}))
     """, str(tmp_path)))
     lines = out["message"].splitlines()
-    assert lines[0].startswith("cpu out of memory. Tried to allocate 5.00 MiB.")
+    assert lines[0].startswith("cpu out of memory. Tried to allocate 20.00 MiB.")
     assert lines[1] == "torchmem: an out-of-memory observer failed: KeyError: 'boom'"
     assert lines[-1] == f"second observer: {5 * MiB} on 0"
 
