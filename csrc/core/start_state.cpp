@@ -31,7 +31,7 @@ std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 }  // namespace
 
 void CachingAllocator::restore_segment(const RecordedSegment& seg) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (seg.size == 0 || seg.size % kMinBlockSize != 0 || seg.addr % kMinBlockSize != 0) {
     throw std::invalid_argument("segment at " + hex_address(seg.addr) + ": size " + std::to_string(seg.size) +
                                 " or address is not a multiple of 512 bytes");
