@@ -4,7 +4,7 @@ and aligned_allocator (tests/cpp/test_arena_paged.cpp): pure C++17, no torch.
 By hand:
     g++ -O1 -std=c++17 -Icsrc tests/cpp/test_arena_paged.cpp csrc/core/arena.cpp \
         csrc/core/block_pool.cpp csrc/core/host_device.cpp csrc/core/sim_device.cpp \
-        -o build/test_arena_paged && build/test_arena_paged
+        csrc/core/fork_safety.cpp -pthread -o build/test_arena_paged && build/test_arena_paged
 The binary is cached under build/cpp_tests/, keyed by a hash of its sources.
 TORCHMEM_SANITIZE=1 also runs it under AddressSanitizer and UBSan.
 """
@@ -22,6 +22,7 @@ SOURCES = [
     "csrc/core/block_pool.cpp",
     "csrc/core/host_device.cpp",
     "csrc/core/sim_device.cpp",
+    "csrc/core/fork_safety.cpp",
 ]
 HEADERS = [
     "csrc/core/arena.h",
@@ -33,6 +34,7 @@ HEADERS = [
     "csrc/core/out_of_memory.h",
     "csrc/core/host_device.h",
     "csrc/core/sim_device.h",
+    "csrc/core/fork_safety.h",
 ]
 
 
@@ -49,7 +51,7 @@ def build(flags=("-O1",), tag="o1"):
     binary = os.path.join(out_dir, f"test_arena_paged_{tag}_{digest.hexdigest()[:16]}")
     if not os.path.exists(binary):
         cmd = [cxx, *flags, "-std=c++17", "-Wall", "-Wextra", "-I", os.path.join(ROOT, "csrc")]
-        cmd += [os.path.join(ROOT, s) for s in SOURCES] + ["-o", binary + ".tmp"]
+        cmd += [os.path.join(ROOT, s) for s in SOURCES] + ["-pthread", "-o", binary + ".tmp"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         os.replace(binary + ".tmp", binary)

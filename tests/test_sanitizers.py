@@ -47,7 +47,8 @@ def test_core_driver_lists_every_component():
     names = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=60).stdout.split()
     for component in ("caching_", "arena_", "block_pool_", "planner_", "replayer", "planned_slab_"):
         assert any(n.startswith(component) for n in names), names
-    assert {"caching_threads", "caching_fail_kth", "caching_random_faults", "arena_threads"} <= set(names)
+    assert {"caching_threads", "caching_fail_kth", "caching_random_faults", "arena_threads",
+            "fork_while_threads_allocate", "fork_waits_for_a_held_lock"} <= set(names)
 
 
 @pytest.mark.slow

@@ -33,11 +33,18 @@ of its allocations is dropped and the key is recorded again at its next step.
 
 One planned step runs at a time per device (blocks do not nest), on the
 thread that entered the block; allocations of other threads are unaffected.
+
+Fork: a forked child has only the thread that forked. A step that another
+thread of the parent had under way is closed in the child (its thread is not
+there to close it), so the child can run planned steps of its own; tensors
+of that step stay valid and are freed as usual.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
@@ -86,9 +93,23 @@ class _DeviceState:
     warmed: dict[Hashable, int] = field(default_factory=dict)   # warm-up steps run, by key
     rerecord: set = field(default_factory=set)                   # keys recorded again without warming up
     in_step: bool = False
+    step_thread: int = 0       # threading.get_ident() of the thread running the step
 
 
 _states: dict[str, _DeviceState] = {}
+
+
+def _close_orphaned_steps() -> None:
+    """In a forked child: close the steps of threads the child does not have."""
+    me = threading.get_ident()
+    for state in _states.values():
+        if state.in_step and state.step_thread != me:
+            state.slab.end_step()
+            state.in_step = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_orphaned_steps)
 
 
 def device_name(device: Any = None) -> str:
@@ -254,7 +275,7 @@ def planned(
         raise RuntimeError(f"planned() blocks do not nest: a planned step is already under way on {state.device}")
     if key is None:
         key = shape_key(inputs, bucket) if inputs is not None else "default"
-    state.in_step = True
+    state.in_step, state.step_thread = True, threading.get_ident()
     try:
         entry = state.plans.get(key)
         if entry is not None:

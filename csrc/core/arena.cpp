@@ -96,7 +96,7 @@ void Arena::release_fallback_locked() {
 
 void* Arena::allocate(size_t size, Stream) {
   if (size == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return allocate_locked(size, default_alignment_);
 }
 
@@ -104,7 +104,7 @@ void* Arena::allocate_aligned(size_t size, size_t alignment) {
   if (!is_power_of_two(alignment))
     throw std::invalid_argument("Arena: alignment must be a power of two, got " + std::to_string(alignment));
   if (size == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return allocate_locked(size, alignment);
 }
 
@@ -153,7 +153,7 @@ void* Arena::allocate_fallback_locked(size_t size, size_t alignment) {
 
 void Arena::deallocate(void* ptr) {
   if (ptr == nullptr) return;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
   if (in_region(p)) {
     auto it = std::lower_bound(live_.begin(), live_.end(), p,
@@ -190,7 +190,7 @@ void Arena::deallocate(void* ptr) {
 
 bool Arena::owns(const void* ptr) const {
   if (ptr == nullptr) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
   if (!in_region(p)) return fallback_live_.count(const_cast<void*>(ptr)) != 0;
   auto it = std::lower_bound(live_.begin(), live_.end(), p, [](const Live& e, uintptr_t a) { return e.addr < a; });
@@ -198,12 +198,12 @@ bool Arena::owns(const void* ptr) const {
 }
 
 void Arena::reset() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   reset_locked();
 }
 
 bool Arena::reset_when_unused() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (live_count_ == 0) {
     reset_locked();
     return true;
@@ -224,27 +224,27 @@ void Arena::reset_locked() {
 }
 
 void Arena::reset_peak() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   peak_ = offset_;
 }
 
 size_t Arena::used() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return offset_;
 }
 
 size_t Arena::peak() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return peak_;
 }
 
 size_t Arena::live_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return live_count_;
 }
 
 ArenaStats Arena::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   ArenaStats s;
   s.capacity = capacity_;
   s.used = offset_;
@@ -261,7 +261,7 @@ ArenaStats Arena::stats() const {
 }
 
 void Arena::check_invariants() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto fail = [](const std::string& what) { throw std::logic_error("Arena invariant broken: " + what); };
   if (offset_ > capacity_) fail("offset beyond capacity");
   if (peak_ < offset_ || peak_ > capacity_) fail("peak outside [used, capacity]");

@@ -30,7 +30,8 @@
 // Ownership: the arena owns its region and returns it to the device in its
 // destructor; the device (and the fallback) must outlive the arena.
 // Thread safety: every public method takes one internal mutex, so
-// deallocations may arrive from any thread.
+// deallocations may arrive from any thread. It is a ForkSafeMutex of rank
+// kWrapper (the fallback is called under it; see fork_safety.h).
 // Alignment: allocate() aligns to default_alignment (>= 64, the Allocator
 // contract); allocate_aligned() to any power of two. On a SimDevice the
 // returned pointers are addresses only and must never be dereferenced.
@@ -45,6 +46,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/fork_safety.h"
 #include "core/out_of_memory.h"
 
 namespace torchmem {
@@ -131,7 +133,7 @@ class Arena final : public Allocator {
   Allocator* fallback_;
   uintptr_t base_ = 0;
 
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kWrapper};
   size_t offset_ = 0;
   size_t peak_ = 0;
   std::vector<Live> live_;

@@ -129,14 +129,14 @@ void CachingAllocator::set_memory_fraction(double fraction) {
   if (!(fraction >= 0.0 && fraction <= 1.0)) {
     throw std::invalid_argument("memory fraction must be in [0.0, 1.0], got " + std::to_string(fraction));
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   memory_fraction_ = fraction;
   fraction_set_ = fraction < 1.0;  // 1: no limit, as PyTorch's setMemoryFraction
 }
 
 
 void CachingAllocator::add_free_memory_callback(std::function<bool()> callback) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   free_memory_callbacks_.push_back(std::move(callback));
 }
 
@@ -149,7 +149,7 @@ bool CachingAllocator::trigger_free_memory_callbacks() {
 void* CachingAllocator::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   Request r{size, 0, 0, stream, nullptr};
   if (size > kMaxRequest) throw_oom(r);
   r.size = round_size(size);
@@ -387,12 +387,12 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
 }
 
 bool CachingAllocator::owns(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return live_blocks_.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
 }
 
 bool CachingAllocator::has_live_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return !live_blocks_.empty();
 }
 
@@ -407,7 +407,7 @@ void CachingAllocator::deallocate(void* ptr) {
 
 bool CachingAllocator::try_deallocate(void* ptr) {
   if (ptr == nullptr) return true;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == live_blocks_.end()) return false;
   Block* block = it->second;
@@ -473,7 +473,7 @@ size_t CachingAllocator::merge(Block* dst, Block* src, BlockPool& pool) {
 }
 
 bool CachingAllocator::release_cached_segment(uintptr_t addr) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   for (BlockPool* pool : {&large_blocks_, &small_blocks_}) {
     for (Block* block : pool->blocks) {
       if (addr < block->addr || addr >= block->addr + block->size) continue;
@@ -493,7 +493,7 @@ bool CachingAllocator::release_cached_segment(uintptr_t addr) {
 }
 
 void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   release_cached_blocks();
 }
 
@@ -506,7 +506,7 @@ size_t CachingAllocator::largest_free_block_locked() const {
 }
 
 size_t CachingAllocator::largest_free_block() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return largest_free_block_locked();
 }
 
@@ -542,22 +542,22 @@ void CachingAllocator::throw_oom(const Request& r) {
 }
 
 void CachingAllocator::enable_history(size_t max_entries, History::ContextProvider provider) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   history_.enable(max_entries, std::move(provider));
 }
 
 std::vector<TraceEntry> CachingAllocator::history_entries() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return history_.entries();
 }
 
 DeviceStats CachingAllocator::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return stats_;
 }
 
 void CachingAllocator::reset_peak_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   stats_.for_each_stat_array([](StatArray& a) {
     for (Stat& s : a) s.reset_peak();
   });
@@ -566,7 +566,7 @@ void CachingAllocator::reset_peak_stats() {
 }
 
 void CachingAllocator::reset_accumulated_stats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   stats_.for_each_stat_array([](StatArray& a) {
     for (Stat& s : a) s.reset_accumulated();
   });
@@ -577,7 +577,7 @@ void CachingAllocator::reset_accumulated_stats() {
 }
 
 std::vector<SegmentInfo> CachingAllocator::segments() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return segments_locked();
 }
 
@@ -617,7 +617,7 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
 }
 
 void CachingAllocator::check_invariants() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto fail = [](const std::string& what) { throw std::logic_error("caching allocator invariant broken: " + what); };
   DeviceStats expect;
   size_t free_blocks_seen = 0;

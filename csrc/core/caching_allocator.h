@@ -1,7 +1,9 @@
 // CachingAllocator: PyTorch's native CUDA caching allocator policy, on any
 // Device. See Note [Caching policy] in caching_allocator.cpp for the rules.
 //
-// Thread safety: every public method takes one internal mutex.
+// Thread safety: every public method takes one internal mutex, a
+// ForkSafeMutex (rank kAllocator): a forked child finds it free and the
+// allocator consistent (Note [Fork safety] in fork_safety.h).
 // Ownership: the allocator owns every segment it took from the device and
 // gives them back in empty_cache() and in its destructor (live allocations
 // included: destroying an allocator with live blocks invalidates them).
@@ -19,6 +21,7 @@
 #include "core/block.h"
 #include "core/device.h"
 #include "core/expandable_segment.h"
+#include "core/fork_safety.h"
 #include "core/history.h"
 #include "core/node_pool.h"
 #include "core/out_of_memory.h"
@@ -180,7 +183,7 @@ class CachingAllocator final : public Allocator {
 
   Device& device_;
   AllocatorConfig config_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kAllocator};
   NodePool nodes_;  // blocks and container nodes; outlives the containers below
   BlockPool large_blocks_{false, &nodes_};
   BlockPool small_blocks_{true, &nodes_};

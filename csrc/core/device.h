@@ -13,7 +13,9 @@
 //   returned or were given; anything else is undefined behaviour.
 // - Segments from allocate() are aligned to at least kSegmentAlignment.
 // - Thread safety: implementations are internally synchronised; the caching
-//   allocator still calls them under its own lock.
+//   allocator still calls them under its own lock. A device's lock is a
+//   ForkSafeMutex of rank kDevice (core/fork_safety.h) unless no forked child
+//   may use the device (CUDA).
 #pragma once
 
 #include <cstddef>

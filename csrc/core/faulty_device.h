@@ -17,7 +17,8 @@
 //   release() of an unknown range): violations() lists them.
 //
 // Thread safety: every method takes one internal mutex (the inner device is
-// called under it too), as the Device contract asks.
+// called under it too), as the Device contract asks; a ForkSafeMutex of rank
+// kDevice, newer than the inner device's (see fork_safety.h).
 // Ownership: the inner device must outlive the wrapper.
 #pragma once
 
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -42,22 +44,22 @@ class FaultyDevice : public Device {
   // Fails the k-th allocate()/map() call counted from now (k >= 1), and the
   // `count - 1` calls after it. k == 0 disarms.
   void fail_nth(uint64_t k, uint64_t count = 1) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     fail_at_ = k == 0 ? 0 : calls_ + k;
     fail_count_ = count;
   }
   // Each allocate()/map() fails with probability p (0 disarms).
   void fail_randomly(double p, uint64_t seed) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     probability_ = p;
     rng_.seed(seed);
   }
   void fail_reserve(bool on) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     fail_reserve_ = on;
   }
   void disarm() {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     fail_at_ = 0;
     fail_count_ = 0;
     probability_ = 0;
@@ -70,7 +72,7 @@ class FaultyDevice : public Device {
   uint64_t inner_failures() const { return locked(inner_failures_); }  // refused by the inner device
   size_t live_segments() const { return locked(segments_.size()); }
   size_t live_segment_bytes() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     size_t n = 0;
     for (const auto& kv : segments_) n += kv.second;
     return n;
@@ -79,7 +81,7 @@ class FaultyDevice : public Device {
   size_t mapped_bytes() const { return locked(mapped_bytes_); }
   // Nothing outstanding: no segment, no range, no mapped page.
   bool holds_nothing() const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     return segments_.empty() && ranges_.empty() && mapped_bytes_ == 0;
   }
   std::vector<std::string> violations() const { return locked(violations_); }
@@ -88,7 +90,7 @@ class FaultyDevice : public Device {
   std::string name() const override { return inner_.name(); }
 
   uintptr_t allocate(size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     if (inject_locked()) return 0;
     const uintptr_t addr = inner_.allocate(size);
     if (addr == 0) {
@@ -101,7 +103,7 @@ class FaultyDevice : public Device {
   }
 
   void free(uintptr_t addr, size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     auto it = segments_.find(addr);
     if (it == segments_.end()) {
       violation_locked("free() of an address allocate() did not return (or freed twice)", addr, size);
@@ -118,7 +120,7 @@ class FaultyDevice : public Device {
   size_t page_size() const override { return inner_.page_size(); }
 
   uintptr_t reserve(size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     if (fail_reserve_) {
       ++injected_;
       return 0;
@@ -129,7 +131,7 @@ class FaultyDevice : public Device {
   }
 
   bool map(uintptr_t addr, size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     Range* range = range_of_locked(addr, size);
     if (!range) {
       violation_locked("map() outside any reserved range", addr, size);
@@ -149,7 +151,7 @@ class FaultyDevice : public Device {
   }
 
   void unmap(uintptr_t addr, size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     Range* range = range_of_locked(addr, size);
     if (!range) {
       violation_locked("unmap() outside any reserved range", addr, size);
@@ -166,7 +168,7 @@ class FaultyDevice : public Device {
   }
 
   void release(uintptr_t addr, size_t size) override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     auto it = ranges_.find(addr);
     if (it == ranges_.end()) {
       violation_locked("release() of a range reserve() did not return", addr, size);
@@ -194,7 +196,7 @@ class FaultyDevice : public Device {
 
   template <typename T>
   T locked(const T& value) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     return value;
   }
 
@@ -231,7 +233,7 @@ class FaultyDevice : public Device {
   }
 
   Device& inner_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kDevice};
   uint64_t calls_ = 0;
   uint64_t fail_at_ = 0;
   uint64_t fail_count_ = 0;

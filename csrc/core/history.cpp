@@ -23,10 +23,19 @@ void History::enable(size_t max_entries, ContextProvider provider) {
   max_entries_ = max_entries;
   std::shared_ptr<const ContextProvider> next;
   if (provider && max_entries != 0) next = std::make_shared<const ContextProvider>(std::move(provider));
-  std::atomic_store(&provider_, next);
-  has_provider_.store(next != nullptr, std::memory_order_release);
+  const bool has_provider = next != nullptr;
+  {
+    std::lock_guard<ForkSafeMutex> lock(provider_mutex_);
+    provider_.swap(next);
+  }
+  has_provider_.store(has_provider, std::memory_order_release);
   clear();
   if (max_entries_ != 0) ring_.reserve(std::min<size_t>(max_entries_, 1 << 20));
+}
+
+std::shared_ptr<const History::ContextProvider> History::current_provider() const {
+  std::lock_guard<ForkSafeMutex> lock(provider_mutex_);
+  return provider_;
 }
 
 void History::clear() {

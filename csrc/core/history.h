@@ -7,7 +7,9 @@
 // (for example an interned Python stack); the allocator calls context()
 // before taking its lock, so a provider may block (on the GIL) safely.
 // record(), enable(), entries() are not thread safe: the owning allocator
-// calls them under its lock. context() may be called from any thread.
+// calls them under its lock. context() may be called from any thread; it
+// reads the provider under the history's own ForkSafeMutex (rank kContext,
+// see fork_safety.h), then calls it with no lock held.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -61,7 +64,7 @@ class History {
   // The provider's id for an allocation happening now, or 0 without one.
   uint64_t context() const {
     if (!has_provider_.load(std::memory_order_acquire)) return 0;
-    std::shared_ptr<const ContextProvider> provider = std::atomic_load(&provider_);
+    std::shared_ptr<const ContextProvider> provider = current_provider();
     return provider ? (*provider)() : 0;
   }
 
@@ -71,11 +74,15 @@ class History {
 
  private:
   void record_slow(Action action, uintptr_t addr, size_t size, Stream stream, uint64_t context);
+  std::shared_ptr<const ContextProvider> current_provider() const;
 
   size_t max_entries_ = 0;
   size_t next_ = 0;        // ring position of the next write once full
   std::vector<TraceEntry> ring_;
   std::atomic<bool> has_provider_{false};
+  // Not std::atomic_load of a shared_ptr: libstdc++ guards that with a hidden
+  // mutex pool, which a forked child could inherit held.
+  mutable ForkSafeMutex provider_mutex_{LockRank::kContext};
   std::shared_ptr<const ContextProvider> provider_;
 };
 

@@ -34,14 +34,14 @@ HostDevice::HostDevice(size_t capacity_bytes)
     : capacity_(capacity_bytes ? capacity_bytes : physical_memory_bytes()) {}
 
 bool HostDevice::charge(size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (size > capacity_ - used_) return false;
   used_ += size;
   return true;
 }
 
 void HostDevice::refund(size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   used_ -= size;
 }
 
@@ -84,7 +84,7 @@ void HostDevice::unmap(uintptr_t addr, size_t size) {
 void HostDevice::release(uintptr_t addr, size_t size) { munmap(reinterpret_cast<void*>(addr), size); }
 
 size_t HostDevice::free_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return capacity_ - used_;
 }
 

@@ -10,11 +10,14 @@
 // Expandable segments: reserve() maps PROT_NONE, map() makes pages
 // read-write, unmap() returns them to the kernel (MADV_DONTNEED) and
 // protects them again.
+// Thread safety: the byte count is under a ForkSafeMutex of rank kDevice;
+// the mappings are private, so a forked child has its own copy of them.
 #pragma once
 
 #include <mutex>
 
 #include "core/device.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -39,7 +42,7 @@ class HostDevice final : public Device {
   void refund(size_t size);
 
   const size_t capacity_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kDevice};
   size_t used_ = 0;
 };
 

@@ -9,7 +9,7 @@ thread_local bool t_notifying = false;
 
 uint64_t OomObservers::add(Observer observer) {
   auto shared = std::make_shared<const Observer>(std::move(observer));
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto next = std::make_shared<List>(*observers_);
   const uint64_t id = next_id_++;
   next->emplace_back(id, std::move(shared));
@@ -18,7 +18,7 @@ uint64_t OomObservers::add(Observer observer) {
 }
 
 bool OomObservers::remove(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto next = std::make_shared<List>();
   for (const auto& entry : *observers_) {
     if (entry.first != id) next->push_back(entry);
@@ -29,7 +29,7 @@ bool OomObservers::remove(uint64_t id) {
 }
 
 bool OomObservers::empty() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return observers_->empty();
 }
 
@@ -37,7 +37,7 @@ std::string OomObservers::notify(int device, const OomInfo& info) const noexcept
   if (t_notifying) return {};
   std::shared_ptr<const List> observers;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     observers = observers_;
   }
   if (observers->empty()) return {};

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fork_safety.h"
 #include "core/out_of_memory.h"
 
 namespace torchmem {
@@ -48,7 +49,7 @@ class OomObservers {
   std::string notify(int device, const OomInfo& info) const noexcept;
 
  private:
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kRouting};  // taken alone, never with another torchmem lock
   uint64_t next_id_ = 1;
   // Replaced on add/remove, never changed in place: notify() takes the list
   // with one reference count and calls it without the lock.

@@ -30,7 +30,7 @@ PlannedSlab::PlanId PlannedSlab::add_plan(std::vector<PlannedSlot> slots, size_t
       break;
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   const PlanId id = next_plan_++;
   plans_.emplace(id, Plan{std::move(slots), height, stream});
   try_grow_locked(height, stream);
@@ -38,7 +38,7 @@ PlannedSlab::PlanId PlannedSlab::add_plan(std::vector<PlannedSlot> slots, size_t
 }
 
 void PlannedSlab::remove_plan(PlanId id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (!plans_.count(id)) throw std::invalid_argument("planned slab: no plan " + std::to_string(id));
   if (step_open_ && current_id_ == id) throw std::invalid_argument("planned slab: its step is under way");
   plans_.erase(id);
@@ -46,7 +46,7 @@ void PlannedSlab::remove_plan(PlanId id) {
 }
 
 void PlannedSlab::begin_step(PlanId id) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto it = plans_.find(id);
   if (it == plans_.end()) throw std::invalid_argument("planned slab: no plan " + std::to_string(id));
   if (step_open_) throw std::logic_error("planned slab: a step is under way");
@@ -59,14 +59,14 @@ void PlannedSlab::begin_step(PlanId id) {
 }
 
 size_t PlannedSlab::end_step() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   step_open_ = false;
   current_ = nullptr;
   return live_ranges_.size();
 }
 
 bool PlannedSlab::release_idle_region() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (step_open_ || !live_ranges_.empty() || !base_) return false;
   release_region_locked();
   return true;
@@ -108,7 +108,7 @@ bool PlannedSlab::overlaps_live(uintptr_t begin, uintptr_t end) const {
 void* PlannedSlab::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     if (current_) {
       const size_t slot = cursor_++;
       if (slot < current_->slots.size()) {
@@ -130,7 +130,7 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
     }
   }
   void* ptr = fallback_->allocate(size, stream);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   fallback_live_.insert(ptr);
   return ptr;
 }
@@ -138,7 +138,7 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
 void PlannedSlab::deallocate(void* ptr) {
   if (!ptr) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     const auto addr = reinterpret_cast<uintptr_t>(ptr);
     auto it = live_ranges_.find(addr);
     if (it != live_ranges_.end()) {
@@ -154,17 +154,17 @@ void PlannedSlab::deallocate(void* ptr) {
 }
 
 bool PlannedSlab::owns(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return live_ranges_.count(reinterpret_cast<uintptr_t>(ptr)) || fallback_live_.count(ptr);
 }
 
 bool PlannedSlab::has_live_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return !live_ranges_.empty() || !fallback_live_.empty();
 }
 
 PlannedSlabStats PlannedSlab::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   PlannedSlabStats s = stats_;
   s.region_bytes = region_bytes_;
   s.plans = plans_.size();

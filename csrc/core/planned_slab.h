@@ -30,8 +30,8 @@
 // about to be recorded: it may reuse those bytes through the fallback's
 // cache), and in the destructor.
 //
-// Thread safety: one internal mutex, held while growing the region (a call
-// into the fallback). The fallback must outlive the slab, and must not call
+// Thread safety: one internal mutex (a ForkSafeMutex of rank kWrapper, see
+// fork_safety.h), held while growing the region (a call into the fallback). The fallback must outlive the slab, and must not call
 // back into it.
 #pragma once
 
@@ -46,6 +46,7 @@
 
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -115,7 +116,7 @@ class PlannedSlab final : public Allocator {
   void release_region_locked();
 
   std::shared_ptr<Allocator> fallback_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kWrapper};
   std::unordered_map<PlanId, Plan> plans_;
   PlanId next_plan_ = 0;
   const Plan* current_ = nullptr;                       // the step's plan, null outside a step

@@ -7,7 +7,7 @@ RecordingAllocator::RecordingAllocator(std::shared_ptr<Allocator> target) : targ
 void* RecordingAllocator::allocate(size_t size, Stream stream) {
   void* ptr = target_->allocate(size, stream);
   if (ptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     live_.emplace(ptr, allocations_);
     events_.push_back({true, allocations_++, size, stream});
   }
@@ -17,7 +17,7 @@ void* RecordingAllocator::allocate(size_t size, Stream stream) {
 void RecordingAllocator::deallocate(void* ptr) {
   if (!ptr) return;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it != live_.end()) {
       events_.push_back({false, it->second, 0, 0});
@@ -28,17 +28,17 @@ void RecordingAllocator::deallocate(void* ptr) {
 }
 
 bool RecordingAllocator::owns(const void* ptr) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return live_.count(ptr) != 0;
 }
 
 bool RecordingAllocator::has_live_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return !live_.empty();
 }
 
 std::vector<RecordedEvent> RecordingAllocator::events() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return events_;
 }
 

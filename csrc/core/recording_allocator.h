@@ -2,7 +2,9 @@
 // the sequence of allocations and frees, so one step of a program can be
 // planned (planned_slab.h). Allocation i is named by its index in the step.
 //
-// Thread safety: one internal mutex. The target must outlive the recorder.
+// Thread safety: one internal mutex (a ForkSafeMutex of rank kWrapper, held
+// while calling the target; see fork_safety.h). The target must outlive the
+// recorder.
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -36,7 +39,7 @@ class RecordingAllocator final : public Allocator {
 
  private:
   std::shared_ptr<Allocator> target_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kWrapper};
   std::vector<RecordedEvent> events_;
   std::unordered_map<const void*, uint64_t> live_;
   uint64_t allocations_ = 0;

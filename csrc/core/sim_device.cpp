@@ -59,7 +59,7 @@ uintptr_t SimDevice::take_addresses(size_t size, bool reserving) {
 }
 
 uintptr_t SimDevice::allocate(size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (size == 0 || size > capacity_ - used_) return 0;
   used_ += size;
   ++live_;
@@ -67,59 +67,59 @@ uintptr_t SimDevice::allocate(size_t size) {
 }
 
 void SimDevice::free(uintptr_t addr, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   used_ -= size;
   --live_;
   ranges_.erase(addr);
 }
 
 uintptr_t SimDevice::reserve(size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return take_addresses(size, true);
 }
 
 bool SimDevice::map(uintptr_t, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (size > capacity_ - used_) return false;
   used_ += size;
   return true;
 }
 
 void SimDevice::unmap(uintptr_t, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   used_ -= size;
 }
 
 void SimDevice::release(uintptr_t addr, size_t) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   ranges_.erase(addr);
 }
 
 size_t SimDevice::free_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return capacity_ - used_;
 }
 
 size_t SimDevice::live_segments() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return live_;
 }
 
 void SimDevice::offer(uintptr_t addr, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (size == 0 && overlaps_live(addr, 1)) return;  // a map inside a range already reserved
   offers_.push_back({addr, size});
 }
 
 size_t SimDevice::take_unused_offers() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   const size_t n = offers_.size();
   offers_.clear();
   return n;
 }
 
 bool SimDevice::adopt(uintptr_t addr, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (addr == 0 || size == 0 || size > capacity_ - used_ || overlaps_live(addr, size)) return false;
   used_ += size;
   ++live_;
@@ -128,17 +128,17 @@ bool SimDevice::adopt(uintptr_t addr, size_t size) {
 }
 
 void SimDevice::set_address_floor(uintptr_t floor) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   next_address_ = std::max(next_address_, align_up(floor) + kSimAlign);
 }
 
 size_t SimDevice::offers_taken() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return offers_taken_;
 }
 
 size_t SimDevice::offers_refused() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return offers_refused_;
 }
 

@@ -18,7 +18,8 @@
 // - adopt(addr, size) takes a segment at exactly `addr` (a segment that
 //   existed before the replay began); false when it overlaps a live range or
 //   exceeds what is free.
-// Thread safety: every method takes an internal mutex.
+// Thread safety: every method takes an internal mutex (a ForkSafeMutex of
+// rank kDevice, see fork_safety.h).
 #pragma once
 
 #include <deque>
@@ -26,6 +27,7 @@
 #include <mutex>
 
 #include "core/device.h"
+#include "core/fork_safety.h"
 
 namespace torchmem {
 
@@ -71,7 +73,7 @@ class SimDevice final : public Device {
 
   const size_t capacity_;
   const size_t page_size_;
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kDevice};
   size_t used_ = 0;                    // bytes allocated, adopted or mapped
   size_t live_ = 0;                    // segments not yet freed
   uintptr_t next_address_;             // bump pointer for fresh ranges

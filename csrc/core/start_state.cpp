@@ -46,7 +46,7 @@ void CachingAllocator::adopt_live_block(Block* b) {
 }
 
 void CachingAllocator::restore_segment(const RecordedSegment& seg) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (seg.size == 0 || seg.size % kMinBlockSize != 0 || seg.addr % kMinBlockSize != 0) {
     throw std::invalid_argument("segment at " + hex_address(seg.addr) + ": size " + std::to_string(seg.size) +
                                 " or address is not a multiple of 512 bytes");
@@ -119,7 +119,7 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
 }
 
 void CachingAllocator::restore_expandable(const RecordedRange& range) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   const size_t page = range.is_small ? kSmallBuffer : config_.large_segment_size;
   const size_t reach = device_.total_bytes() + device_.total_bytes() / 8;  // as find_expandable_space
   const size_t max_pages = reach / page + (reach % page != 0);

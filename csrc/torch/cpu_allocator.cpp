@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace torchmem::glue {
 
@@ -18,15 +19,27 @@ CpuAllocator& CpuAllocator::instance() {
 }
 
 void CpuAllocator::install(const AllocatorConfig& config) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!caching_ || caching_->config().to_string() != config.to_string()) {
+  auto stale = [&] { return !caching_ || caching_->config().to_string() != config.to_string(); };
+  bool make_new = false;
+  {
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
+    make_new = stale();
+  }
+  std::shared_ptr<HostDevice> device;
+  std::shared_ptr<CachingAllocator> fresh;
+  if (make_new) {  // made (and, if another install won, dropped) outside the lock: see the header
+    device = std::make_shared<HostDevice>(config.capacity);
+    fresh = std::make_shared<CachingAllocator>(*device, config);
+  }
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  if (fresh && stale()) {
     if (caching_) {
       caching_->empty_cache();
       retired_.push_back(caching_);
       retired_devices_.push_back(device_);
     }
-    device_ = std::make_shared<HostDevice>(config.capacity);
-    caching_ = std::make_shared<CachingAllocator>(*device_, config);
+    device_ = device;
+    caching_ = fresh;
   }
   if (installed_) return;
   c10::Allocator* current = c10::GetAllocator(c10::DeviceType::CPU);
@@ -44,7 +57,7 @@ void CpuAllocator::install(const AllocatorConfig& config) {
 }
 
 void CpuAllocator::uninstall() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (!installed_) return;
   c10::SetAllocator(c10::DeviceType::CPU, previous_, 0);
   installed_ = false;
@@ -52,18 +65,19 @@ void CpuAllocator::uninstall() {
 }
 
 std::shared_ptr<CachingAllocator> CpuAllocator::caching() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
   return caching_;
 }
 
 void CpuAllocator::push_thread_allocator(std::shared_ptr<torchmem::Allocator> allocator) {
   CpuAllocator& self = instance();
+  std::shared_ptr<const RoutedList> replaced;  // dropped outside the lock
   {
-    std::lock_guard<std::mutex> lock(self.mutex_);
+    std::lock_guard<ForkSafeMutex> lock(self.mutex_);
     if (std::find(self.routed_->begin(), self.routed_->end(), allocator) == self.routed_->end()) {
       auto next = std::make_shared<RoutedList>(*self.routed_);
       next->push_back(allocator);
-      self.routed_ = std::move(next);
+      replaced = std::exchange(self.routed_, std::move(next));
     }
   }
   thread_allocators.push_back(std::move(allocator));
@@ -73,12 +87,13 @@ void CpuAllocator::pop_thread_allocator() {
   if (thread_allocators.empty()) throw std::logic_error("torchmem: pop_thread_allocator without a matching push");
   thread_allocators.pop_back();
   CpuAllocator& self = instance();
-  std::lock_guard<std::mutex> lock(self.mutex_);
+  std::shared_ptr<const RoutedList> replaced;  // may hold the last reference to an allocator: dropped outside the lock
+  std::lock_guard<ForkSafeMutex> lock(self.mutex_);
   auto next = std::make_shared<RoutedList>();
   for (const auto& a : *self.routed_) {
     if (a.use_count() > 1 || a->has_live_allocations()) next->push_back(a);  // counted before copying
   }
-  if (next->size() != self.routed_->size()) self.routed_ = std::move(next);
+  if (next->size() != self.routed_->size()) replaced = std::exchange(self.routed_, std::move(next));
 }
 
 c10::DataPtr CpuAllocator::allocate(size_t n) {
@@ -117,7 +132,7 @@ void CpuAllocator::release(void* ptr) {
   std::shared_ptr<CachingAllocator> current;
   c10::DeleterFnPtr previous_deleter;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     routed = routed_;
     current = caching_;
     previous_deleter = previous_deleter_;
@@ -135,7 +150,7 @@ void CpuAllocator::release(void* ptr) {
   if (current && current->try_deallocate(ptr)) return;
   std::vector<std::shared_ptr<CachingAllocator>> retired;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
     retired.assign(retired_.begin(), retired_.end());
   }
   for (auto& owner : retired) {

@@ -17,6 +17,14 @@
 //   their notes end its message; this holds for thread allocators too.
 // - install()/uninstall() are not thread safe with respect to concurrent
 //   allocation by other threads (neither is c10::SetAllocator).
+// - Fork: the routing table is under a ForkSafeMutex of rank kRouting and
+//   every allocator behind it locks itself with one (core/fork_safety.h), so
+//   a forked child allocates, frees its parent's tensors (current, retired
+//   and routed allocators alike) and never waits on a lock a parent thread
+//   held. Only the forking thread's routes survive in the child; allocators
+//   that other threads had pushed stay registered, to free what they own.
+//   Allocators are made and dropped outside the routing lock (the contract
+//   of ForkSafeMutex).
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -27,6 +35,7 @@
 
 #include "core/alloc_config.h"
 #include "core/caching_allocator.h"
+#include "core/fork_safety.h"
 #include "core/host_device.h"
 #include "core/oom_observers.h"
 
@@ -62,7 +71,7 @@ class CpuAllocator final : public c10::Allocator {
   static void delete_pointer(void* ptr);
   void release(void* ptr);
 
-  mutable std::mutex mutex_;
+  mutable ForkSafeMutex mutex_{LockRank::kRouting};
   bool installed_ = false;
   c10::Allocator* previous_ = nullptr;
   c10::DeleterFnPtr previous_deleter_ = nullptr;

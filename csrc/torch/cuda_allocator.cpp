@@ -145,11 +145,18 @@ bool CudaAllocator::installed() { return c10cca::get() == instance().get(); }
 CudaAllocator::DeviceState& CudaAllocator::state(int device) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "torchmem: CUDA device index ", device, " out of range");
   std::call_once(device_once_[device], [&] {
+    uint64_t none = kNoState;
+    state_generation_.compare_exchange_strong(none, fork_generation());
     auto* s = new DeviceState(device, config_);  // lives as long as the process, like the allocator
     enable_history(*s->main);
     devices_[device].store(s, std::memory_order_release);
   });
   return *devices_[device].load(std::memory_order_acquire);
+}
+
+bool CudaAllocator::inherited_through_fork() const {
+  const uint64_t generation = state_generation_.load(std::memory_order_relaxed);
+  return generation != kNoState && made_before_fork(generation);
 }
 
 CudaAllocator::DeviceState* CudaAllocator::existing_state(int device) {
@@ -221,6 +228,9 @@ void CudaAllocator::init_hook(int) {}
 
 void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
   if (size == 0) return nullptr;
+  TORCH_CHECK(!inherited_through_fork(),
+              "torchmem: CUDA cannot be used in a child process forked after its parent used CUDA; use the "
+              "'spawn' or 'forkserver' start method for processes that need CUDA");
   DeviceState& s = state(device);
 
   std::shared_ptr<c10::GatheredContext> context;
@@ -301,8 +311,13 @@ void* CudaAllocator::malloc_hook(size_t size, int device, cudaStream_t stream) {
   return ptr;
 }
 
+void CudaAllocator::raw_delete(void* ptr) {
+  if (inherited_through_fork()) return;
+  torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator::raw_delete(ptr);
+}
+
 void CudaAllocator::free_hook(void* ptr, size_t, int device, cudaStream_t stream) {
-  if (ptr == nullptr) return;
+  if (ptr == nullptr || inherited_through_fork()) return;
   DeviceState* s = existing_state(device);
   if (!s) {
     std::fprintf(stderr, "torchmem: ignoring free of %p on cuda:%d, where torchmem allocated nothing\n", ptr, device);

@@ -40,6 +40,15 @@
 // rule); install() throws std::runtime_error with what to do otherwise.
 // The allocator object lives for the whole process.
 //
+// Fork: a child forked after this process used CUDA through torchmem (its
+// first device state was made in an earlier fork_generation(), see
+// core/fork_safety.h) must not use CUDA, as with PyTorch. In such a child
+// malloc throws, and frees of the parent's CUDA tensors are dropped before
+// any lock or CUDA call (the memory belongs to the parent's CUDA context):
+// the child never waits on a lock a parent thread held (the glue's mutexes
+// and the pluggable base's are plain std::mutex, not held across fork). A
+// child forked before CUDA was used may use it as any process.
+//
 // Thread safety: the caching allocators lock themselves; per-device glue
 // state (pools, routes, routed allocators, deferred frees) is under the
 // device's mutex, which is never held while calling into Python (stack
@@ -65,6 +74,7 @@
 #include "core/allocator.h"
 #include "core/caching_allocator.h"
 #include "core/oom_observers.h"
+#include "core/fork_safety.h"
 #include "cuda/cuda_device.h"
 
 // Version differences are handled without guessing release numbers where
@@ -133,6 +143,8 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   bool isHistoryEnabled();
   double getMemoryFraction(c10::DeviceIndex device);
   void attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer);
+  // Drops the free in a forked child that inherited CUDA state (see Fork above).
+  void raw_delete(void* ptr) override;
   void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
                           std::shared_ptr<c10cca::CUDAAllocator> allocator);
   int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id);
@@ -190,6 +202,9 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   void end_allocate_to_pool_hook(int device, c10::cuda::MempoolId_t id);
   void release_pool_hook(int device, c10::cuda::MempoolId_t id);
 
+  // Whether this process inherited CUDA state through fork() (see Fork above).
+  bool inherited_through_fork() const;
+
   DeviceState& state(int device);
   DeviceState* existing_state(int device);
   CachingAllocator& target_for(DeviceState& s, cudaStream_t stream, bool* is_pool);
@@ -210,6 +225,8 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   AllocatorConfig config_;
   std::array<std::atomic<DeviceState*>, kMaxDevices> devices_{};  // written once each, never freed
   std::array<std::once_flag, kMaxDevices> device_once_;
+  static constexpr uint64_t kNoState = ~uint64_t(0);
+  std::atomic<uint64_t> state_generation_{kNoState};  // fork_generation() when the first device state was made
   std::mutex observers_mutex_;
   std::vector<c10cca::OutOfMemoryObserver> oom_observers_;   // PyTorch's (attachOutOfMemoryObserver)
   OomObservers note_observers_;                              // torchmem's (oom_observers())

@@ -4,7 +4,7 @@
 // Build and run from the repository root (no torch needed):
 //   g++ -O2 -std=c++17 -Icsrc examples/cpp/arena_and_pool.cpp csrc/core/arena.cpp
 //       csrc/core/block_pool.cpp csrc/core/host_device.cpp csrc/core/sim_device.cpp
-//       -o /tmp/arena_and_pool && /tmp/arena_and_pool
+//       csrc/core/fork_safety.cpp -pthread -o /tmp/arena_and_pool && /tmp/arena_and_pool
 #include <cstdio>
 #include <cstring>
 #include <memory_resource>
