@@ -1303,10 +1303,10 @@ void test_replayer() {
     const uint64_t streams[] = {0, 0, 0, 0, 0, 0};
     std::string message;
     if (!skip) {
-      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, 6); }, &message).empty());
+      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, nullptr, 6); }, &message).empty());
       CHECK_MSG(contains(message, "event 2") && contains(message, "free of id 1"), message);
     } else {
-      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, 6); }, &message).empty());
+      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, nullptr, 6); }, &message).empty());
       CHECK_MSG(contains(message, "unknown operation code 7"), message);
       CHECK(r.skipped() == 2);
     }
@@ -1322,15 +1322,15 @@ void test_replayer() {
     sizes.push_back(30 * MiB);
     streams.push_back(0);
   }
-  const size_t consumed = r.run(ops.data(), ids.data(), sizes.data(), streams.data(), ops.size());
+  const size_t consumed = r.run(ops.data(), ids.data(), sizes.data(), streams.data(), nullptr, ops.size());
   CHECK(r.stopped() && r.oom() && r.oom()->index == 3 && consumed == 3);
-  CHECK(r.run(ops.data(), ids.data(), sizes.data(), streams.data(), ops.size()) == 0);
+  CHECK(r.run(ops.data(), ids.data(), sizes.data(), streams.data(), nullptr, ops.size()) == 0);
   INVARIANTS(r.allocator());
   // Sizes the device can never hold are an OOM, not a crash.
   Replayer big(1 * GiB, 0, AllocatorConfig{}, 1, false);
   const uint8_t op = 0;
   const uint64_t id = 1, huge = std::numeric_limits<uint64_t>::max(), stream = 0;
-  big.run(&op, &id, &huge, &stream, 1);
+  big.run(&op, &id, &huge, &stream, nullptr, 1);
   CHECK(big.stopped());
   CHECK_THROWS(std::invalid_argument, Replayer(1 * GiB, 2 * GiB, AllocatorConfig{}, 1, false));
 }
