@@ -11,6 +11,7 @@ void bind_cpu_install(pybind11::module_& m);
 void bind_replay(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
+void bind_arena(pybind11::module_& m);
 void bind_paged(pybind11::module_& m);
 void bind_history(pybind11::module_& m);
 void bind_cuda(pybind11::module_& m);  // CUDA builds only (TORCHMEM_WITH_CUDA)

@@ -7,6 +7,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_replay(m);
   torchmem::bindings::bind_planned(m);
   torchmem::bindings::bind_planner(m);
+  torchmem::bindings::bind_arena(m);
   torchmem::bindings::bind_paged(m);
   torchmem::bindings::bind_history(m);
 #ifdef TORCHMEM_WITH_CUDA
