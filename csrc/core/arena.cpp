@@ -151,6 +151,10 @@ void* Arena::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   std::lock_guard<std::mutex> lock(mutex_);
   if (stream_ == kAnyStream || stream == stream_) return allocate_locked(size, default_alignment_, stream);
+  return allocate_other_stream_locked(size, stream);
+}
+
+void* Arena::allocate_other_stream_locked(size_t size, Stream stream) {
   if (other_streams_ == nullptr)
     throw std::invalid_argument("Arena: a request on stream " + std::to_string(stream) + ", but this arena serves stream " +
                                 std::to_string(stream_) + " only and has no allocator for other streams");
@@ -167,7 +171,30 @@ void* Arena::allocate_aligned(size_t size, size_t alignment) {
   return allocate_locked(size, alignment, region_stream());
 }
 
+inline void* Arena::place_locked(uintptr_t start, size_t size, size_t next_hole, size_t skipped) {
+  pass_.push_back({start, size});  // first: it alone may throw
+  offset_ = start + size - base_;
+  next_hole_ = next_hole;
+  peak_ = std::max(peak_, offset_);
+  block_peak_ = std::max(block_peak_, offset_);
+  pass_live_bytes_ += size;
+  ++counters_.allocations;
+  if (skipped) {
+    counters_.holes_skipped += skipped;
+    counters_.block_holes_skipped += skipped;
+  }
+  return reinterpret_cast<void*>(start);
+}
+
 void* Arena::allocate_locked(size_t size, size_t alignment, Stream stream) {
+  const uintptr_t at = base_ + offset_;
+  const uintptr_t start = (at + alignment - 1) & ~(uintptr_t(alignment) - 1);
+  if (next_hole_ == holes_.size() && start >= at && start - base_ <= capacity_ && size <= capacity_ - (start - base_))
+    return place_locked(start, size, next_hole_, 0);  // no hole ahead: the common case
+  return allocate_slow_locked(size, alignment, stream);
+}
+
+void* Arena::allocate_slow_locked(size_t size, size_t alignment, Stream stream) {
   if (void* p = bump_locked(size, alignment)) return p;
   if (freed_behind_ >= size) {
     rewind_locked(/*new_block=*/false);
@@ -195,19 +222,7 @@ void* Arena::bump_locked(size_t size, size_t alignment) {
     if (start < at || start - base_ > capacity_ || size > capacity_ - (start - base_)) return nullptr;
     const uintptr_t end = start + size;
     while (h < holes_.size() && (!holes_[h].live() || holes_[h].end() <= start)) ++h;
-    if (h == holes_.size() || holes_[h].addr >= end) {
-      pass_.push_back({start, size});  // first: it alone may throw
-      offset_ = end - base_;
-      next_hole_ = h;
-      peak_ = std::max(peak_, offset_);
-      block_peak_ = std::max(block_peak_, offset_);
-      pass_live_bytes_ += size;
-      ++counters_.allocations;
-      ++counters_.block_allocations;
-      counters_.holes_skipped += skipped;
-      counters_.block_holes_skipped += skipped;
-      return reinterpret_cast<void*>(start);
-    }
+    if (h == holes_.size() || holes_[h].addr >= end) return place_locked(start, size, h, skipped);
     cursor = holes_[h].end() - base_;
     ++h;
     ++skipped;
@@ -351,7 +366,7 @@ void Arena::rewind_locked(bool new_block) {
   if (!new_block) return;
   ++counters_.rewinds;
   block_peak_ = extent_locked();
-  counters_.block_allocations = 0;
+  block_start_allocations_ = counters_.allocations;
   counters_.block_holes = hole_count_;
   counters_.block_hole_bytes = hole_bytes_;
   counters_.block_holes_skipped = 0;
@@ -422,6 +437,7 @@ ArenaStats Arena::stats() const {
   s.used = offset_;
   s.peak = peak_;
   s.block_peak = block_peak_;
+  s.block_allocations = counters_.allocations - block_start_allocations_;
   s.live_allocations = hole_count_ + pass_.size() - pass_dead_ + forwarded_.size();
   s.live_bytes = hole_bytes_ + pass_live_bytes_ + forwarded_bytes_;
   s.holes = hole_count_;

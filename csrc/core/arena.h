@@ -205,7 +205,10 @@ class Arena final : public Allocator {
   };
 
   void* allocate_locked(size_t size, size_t alignment, Stream stream);
+  void* allocate_slow_locked(size_t size, size_t alignment, Stream stream);
+  void* allocate_other_stream_locked(size_t size, Stream stream);
   void* bump_locked(size_t size, size_t alignment);
+  void* place_locked(uintptr_t start, size_t size, size_t next_hole, size_t skipped);
   void* forward_locked(Allocator* to, size_t size, size_t alignment, Stream stream);
   [[noreturn]] void throw_out_of_memory_locked(size_t size, size_t alignment) const;
   void release_pass_entry_locked(size_t index);
@@ -248,6 +251,7 @@ class Arena final : public Allocator {
   std::unordered_map<void*, Forwarded> forwarded_;
   size_t forwarded_bytes_ = 0;
   ArenaStats counters_;      // only the cumulative and block counters are kept here
+  size_t block_start_allocations_ = 0;  // counters_.allocations at the last rewind()
 };
 
 }  // namespace torchmem
