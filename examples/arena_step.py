@@ -1,48 +1,53 @@
-"""Per-step scratch memory from an arena.
+"""Per-step scratch memory from an arena, in an ordinary training loop.
 
     .venv/bin/python examples/arena_step.py
 
 torchmem.install() makes torchmem PyTorch's CPU allocator; inside
-``with torchmem.arena(a):`` every CPU tensor this thread creates is a pointer
-bump in one region, frees are no-ops, and leaving the block resets the arena,
-so each inference step reuses the same memory. The step's output escapes the
-block: the arena keeps its memory valid and resets once it is freed.
+``with torchmem.arena(scratch):`` every CPU tensor this thread creates is a
+pointer bump in one region, and each block starts again from the region's
+start. The loop keeps its variables (x, target, loss) past the block, as
+loops do: the next block steps over their bytes, and reuses them once the
+next step has replaced them, so the arena's peak stays flat.
 """
 import torch
 
 import torchmem
-from torchmem.arena import Arena, arena
 
 
 def main() -> None:
     torchmem.install()
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))
-    scratch = Arena(64 << 20)  # one region for every step
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scratch = torchmem.Arena(64 << 20)  # one region for every step
 
-    with torch.no_grad():
-        for step in range(3):
+    total = 0.0
+    for step in range(20):
+        with torchmem.arena(scratch):
             x = torch.randn(64, 512)
-            with arena(scratch):
-                y = model(x)  # activations come from the arena
-                score = float(y.square().mean())
-            # y escaped: its memory stays valid; nothing else is live.
-            print(f"step {step}: score {score:.4f}, arena peak {scratch.peak / 2**20:.2f} MiB, "
-                  f"live after the block {scratch.live_allocations}, used {scratch.used / 2**20:.2f} MiB")
-            del y  # the last escaped tensor: the arena resets itself
-            assert scratch.used == 0
+            target = torch.randint(0, 10, (64,))
+            loss = torch.nn.functional.cross_entropy(model(x), target)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        total += loss.item()
+        b = scratch.last_block
+        if step < 3 or step % 5 == 4:
+            print(f"step {step:2d}: loss {loss.item():.4f}, block peak {b['peak'] / 2**20:.2f} MiB, "
+                  f"kept from earlier blocks {b['holes']} ({b['hole_bytes'] / 2**20:.2f} MiB), "
+                  f"holes skipped {b['holes_skipped']}, peak so far {scratch.peak / 2**20:.2f} MiB")
 
     # A step that does not fit raises torch.OutOfMemoryError with the arena's figures...
     try:
-        with arena(1 << 20):
+        with torchmem.arena(1 << 20):
             torch.empty(4 << 20, dtype=torch.uint8)
     except torch.OutOfMemoryError as e:
-        print("small arena:", str(e).splitlines()[0][:100], "...")
+        print("small arena:", str(e)[:110], "...")
     # ...or falls back to the caching allocator, counted.
-    with arena(1 << 20, fallback="caching") as a:
+    with torchmem.arena(1 << 20, fallback="caching") as a:
         big = torch.empty(4 << 20, dtype=torch.uint8)
         del big
-    print("fallback allocations:", a.stats()["fallback_allocations"])
+    print("fallback allocations:", a.last_block["fallback_allocations"])
 
 
 if __name__ == "__main__":

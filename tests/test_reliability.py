@@ -4,8 +4,9 @@ leave a gap:
 
 - the caching allocator on host memory (tags written through ctypes and
   checked on free: overlap or stray writes show as changed bytes);
-- the arena (live blocks aligned, inside the region, never overlapping;
-  used/peak/live figures against the model);
+- the arena (every placement against a model of its rules: passes, holes,
+  pull-backs and wraps; live blocks aligned, inside the region, never
+  overlapping; cursor, peaks, holes and live figures);
 - the planner's validate() against a brute-force check, on valid and
   invalid placements; peak-aware scheduling (a topological permutation,
   never worse than the initial order);
@@ -185,77 +186,126 @@ def test_host_caching_allocator_keeps_every_byte(ops, conf):
 
 
 # ---------------------------------------------------------------------------
-# Arena against a reference model
+# Arena against a reference model: passes, holes, pull-backs and wraps
+# (core/arena.h), re-derived here from the rules, with every placement checked.
 
 arena_ops = st.lists(
     st.one_of(
-        st.tuples(st.just("alloc"), st.integers(0, 300_000), st.sampled_from([0, 1, 2, 64, 128, 4096, 1 << 16])),
+        st.tuples(st.just("alloc"), st.integers(0, 300_000) | st.integers(0, 1500),
+                  st.sampled_from([0, 1, 2, 64, 128, 4096, 1 << 16])),
         st.tuples(st.just("free"), st.integers(0, 10**6), st.just(0)),
-        st.tuples(st.just("reset_when_unused"), st.just(0), st.just(0)),
+        st.tuples(st.just("rewind"), st.just(0), st.just(0)),
         st.tuples(st.just("reset"), st.just(0), st.just(0)),
     ),
-    max_size=80,
+    min_size=20,
+    max_size=120,
 )
 
 
-@settings(max_examples=80, deadline=None)
+class ArenaModel:
+    """The arena's placement rules, written plainly (O(n) per call)."""
+
+    def __init__(self, base: int, capacity: int):
+        self.base, self.capacity = base, capacity
+        self.live: dict[int, int] = {}   # address -> size
+        self.holes: set[int] = set()     # live allocations made before the last rewind
+        self.pass_: list[int] = []       # live allocations of this pass, oldest first
+        self.cursor = self.freed_behind = self.peak = self.block_peak = 0
+        self.wraps = self.skipped = 0
+
+    def bump(self, size: int, alignment: int):
+        cursor, skipped = self.cursor, 0
+        while True:
+            start = -(-(self.base + cursor) // alignment) * alignment
+            if start - self.base + size > self.capacity:
+                return None
+            blocking = [h for h in self.holes if h < start + size and h + self.live[h] > start]
+            if not blocking:
+                return start, skipped
+            h = min(blocking)
+            cursor, skipped = h + self.live[h] - self.base, skipped + 1
+
+    def rewind(self) -> None:
+        self.holes, self.pass_ = set(self.live), []
+        self.cursor = self.freed_behind = 0
+
+    def allocate(self, size: int, alignment: int):
+        placed = self.bump(size, alignment)
+        if placed is None and self.freed_behind >= size:
+            self.rewind()
+            self.wraps += 1
+            placed = self.bump(size, alignment)
+        if placed is None:
+            return None
+        start, skipped = placed
+        self.live[start] = size
+        self.pass_.append(start)
+        self.cursor = start + size - self.base
+        self.peak, self.block_peak = max(self.peak, self.cursor), max(self.block_peak, self.cursor)
+        self.skipped += skipped
+        return start
+
+    def free(self, p: int) -> None:
+        size = self.live.pop(p)
+        if p in self.holes:
+            self.holes.remove(p)
+            if p + size <= self.base + self.cursor:
+                self.freed_behind += size
+        elif p == self.pass_[-1]:
+            self.pass_.pop()
+            self.cursor = self.pass_[-1] + self.live[self.pass_[-1]] - self.base if self.pass_ else 0
+        else:
+            self.pass_.remove(p)
+            self.freed_behind += size
+        if not self.live:
+            self.rewind()
+            self.holes = set()
+
+    def new_block(self) -> int:
+        self.rewind()
+        self.block_peak = max((h + self.live[h] - self.base for h in self.holes), default=0)
+        return len(self.holes)
+
+
+@settings(max_examples=150, deadline=None)
 @given(ops=arena_ops, capacity=st.sampled_from([4096, 1 << 20]))
-def test_arena_matches_a_bump_model(ops, capacity):
+def test_arena_matches_its_model(ops, capacity):
     arena = _C.Arena(_C.SimDevice(1 << 30), capacity)
-    base = None
-    live: dict[int, int] = {}
-    used = peak = 0          # the model's bump offset, relative to the base
-    pending = False          # reset_when_unused() deferred
+    model = ArenaModel(arena.base, capacity)
     for op, size, alignment in ops:
         if op == "alloc":
-            eff = alignment or 64
+            expected = model.allocate(size, alignment or 64) if size else 0
             try:
                 p = arena.allocate(size, alignment)
             except torch.OutOfMemoryError as e:
                 assert "Arena out of memory" in str(e)
-                assert base is None or -(-(base + used) // eff) * eff - base + size > capacity
+                assert expected is None, f"the model placed it at {expected}"
                 arena.check_invariants()
                 continue
-            if size == 0:
-                assert p == 0
-                continue
-            if base is None:
-                base = p - used if used == 0 else base
-            start = -(-(base + used) // eff) * eff
-            assert p == start, "not the next aligned offset"
-            assert p % eff == 0 and base <= p and p + size <= base + capacity
-            for q, n in live.items():
-                assert p + size <= q or q + n <= p
-            live[p] = size
-            used = p + size - base
-            peak = max(peak, used)
-        elif op == "free" and live:
-            p = sorted(live)[size % len(live)]
-            del live[p]
+            assert p == expected, "not where the rules put it"
+            if size:
+                assert p % (alignment or 64) == 0 and arena.base <= p and p + size <= arena.base + capacity
+        elif op == "free" and model.live:
+            p = sorted(model.live)[size % len(model.live)]
+            model.free(p)
             arena.deallocate(p)
-            if pending and not live:
-                used, pending = 0, False
-        elif op == "reset_when_unused":
-            now = arena.reset_when_unused()
-            assert now == (not live)
-            if now:
-                used, pending = 0, False
-            else:
-                pending = True
+        elif op == "rewind":
+            assert arena.rewind() == model.new_block()
         elif op == "reset":
-            if live:
+            if model.live:
                 continue  # a classic reset forgets live blocks: the Python Arena refuses it
             arena.reset()
-            used, pending = 0, False
+            model.rewind()
         arena.check_invariants()
         s = arena.stats()
-        assert s["live_allocations"] == len(live)
-        assert s["live_bytes"] == sum(live.values())
-        assert arena.used == used
-        assert arena.peak == peak
-    for p in list(live):
+        assert s["live_allocations"] == len(model.live)
+        assert s["live_bytes"] == sum(model.live.values())
+        assert (s["holes"], s["hole_bytes"]) == (len(model.holes), sum(model.live[h] for h in model.holes))
+        assert (s["used"], s["peak"], s["block_peak"]) == (model.cursor, model.peak, model.block_peak)
+        assert (s["wraps"], s["holes_skipped"]) == (model.wraps, model.skipped)
+    for p in list(model.live):
         arena.deallocate(p)
-    assert arena.live_allocations == 0
+    assert arena.live_allocations == 0 and arena.used == 0
 
 
 # ---------------------------------------------------------------------------

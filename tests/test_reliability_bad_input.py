@@ -164,7 +164,8 @@ CASES = [
     ("arena-capacity-2**64", lambda: torchmem.Arena(2**64), TypeError, "incompatible constructor arguments"),
     ("arena-alignment-3", lambda: torchmem.Arena(1 << 20, alignment=3), ValueError, "power of two >= 64"),
     ("arena-alignment-32", lambda: torchmem.Arena(1 << 20, alignment=32), ValueError, "power of two >= 64"),
-    ("arena-device-cuda", lambda: torchmem.Arena(1 << 20, device="cuda"), ValueError, "device must be 'cpu', 'sim'"),
+    ("arena-device-unknown", lambda: torchmem.Arena(1 << 20, device="tpu"), ValueError,
+     "device must be 'cpu', 'cuda'"),
     ("arena-device-int", lambda: torchmem.Arena(1 << 20, device=5), TypeError, "unsupported device"),
     ("arena-fallback-unknown", lambda: torchmem.Arena(1 << 20, fallback="x"), ValueError, "fallback must be"),
     ("arena-fallback-caching-uninstalled", lambda: torchmem.Arena(1 << 20, fallback="caching"), RuntimeError,
@@ -181,7 +182,10 @@ CASES = [
      "Arena out of memory"),
     ("arena-scope-bad-policy", lambda: _arena().scope(on_escape="ignore").__enter__(), ValueError, "on_escape"),
     ("arena-block-uninstalled", lambda: torchmem.arena(1 << 20).__enter__(), RuntimeError, "torchmem.install()"),
-    ("arena-block-cuda", lambda: torchmem.arena(1 << 20, device="cuda").__enter__(), NotImplementedError, "CPU only"),
+    ("arena-block-arena-and-device", lambda: torchmem.arena(_arena(), device="cpu").__enter__(), ValueError,
+     "belong to the Arena"),
+    ("arena-allocate-other-stream", lambda: torchmem._C.Arena(torchmem._C.SimDevice(1 << 20), 4096, stream=3)
+     .allocate(64, stream=4), ValueError, "serves stream 3 only"),
     # PagedKVCache and the block pool
     ("kv-num_blocks-0", lambda: _kv(num_blocks=0), ValueError, "num_blocks must be positive"),
     ("kv-num_blocks-negative", lambda: _kv(num_blocks=-1), ValueError, "num_blocks must be positive"),
@@ -238,6 +242,10 @@ CUDA_CASES = [
     ("cuda-caching_allocator-not-built", lambda: torchmem.cuda.caching_allocator(), CUDANotBuiltError,
      "built without its CUDA part"),
     ("cuda-pending_frees-not-built", lambda: torchmem.cuda.pending_frees(), CUDANotBuiltError,
+     "built without its CUDA part"),
+    ("arena-device-cuda-not-built", lambda: torchmem.Arena(1 << 20, device="cuda"), CUDANotBuiltError,
+     "built without its CUDA part"),
+    ("arena-block-cuda-not-built", lambda: torchmem.arena(1 << 20, device="cuda:0").__enter__(), CUDANotBuiltError,
      "built without its CUDA part"),
 ]
 

@@ -1,23 +1,27 @@
 """Per-step scratch memory: a bump-pointer arena (``torchmem._C.Arena``).
 
-    with torchmem.arena(256 << 20) as a:      # this thread's CPU tensors come from the arena
-        out = model(x)                         # frees inside the block are no-ops
-        loss = out.sum().item()
-    print(a.peak)                              # bytes the step needed
+    torchmem.install()
+    scratch = torchmem.Arena(256 << 20)        # one region, taken once
+    for batch in loader:
+        with torchmem.arena(scratch):          # this thread's tensors come from the arena
+            loss = model(batch).sum()
+            loss.backward()
+        print(scratch.last_block["peak"])      # bytes this step needed
 
 An arena takes one region from its device when it is created. An allocation
-bumps an offset (rounded to 64 bytes, or to the alignment asked); freeing one
-tensor releases nothing; leaving the block resets the arena, so the next step
-reuses the same memory with no allocator search and no page faults.
+bumps a cursor (rounded to 64 bytes, or to the alignment asked); each block
+starts by rewinding the cursor to the region's start, so every step reuses the
+same memory with no allocator search and no page faults.
 
-Escapes. A tensor allocated in the block and still alive when the block ends
-(``out`` above) must never see its memory handed to someone else. torchmem
-counts the arena's live allocations, and on exit:
+Tensors that outlive their block (the loop's ``x`` and ``loss``, an output
+kept for logging) keep their bytes: at the next block's start they become
+holes the cursor skips, and their bytes return to use once they are freed.
+A loop therefore holds one step plus what escaped, however long it runs. The
+bytes of a live tensor are never handed out again, whichever thread frees it.
 
-* ``on_escape="keep"`` (default): the arena is not reset while anything is
-  live; it resets itself when the last escaped tensor is freed (whatever the
-  thread). Until then the memory stays valid and a new block on the same arena
-  carries on bumping after it. ``a.escaped`` tells how many were alive at exit.
+* ``on_escape="keep"`` (default): escapes are allowed; ``a.escaped`` and
+  ``a.last_block`` say how many allocations (and bytes) were alive at the end
+  of the last block.
 * ``on_escape="raise"``: the same, then ``ArenaEscapeError`` is raised (unless
   the block is already leaving with an exception), for code that wants
   escapes to be bugs.
@@ -26,9 +30,15 @@ Beyond capacity an allocation raises ``torch.OutOfMemoryError`` with the
 arena's figures, or, with ``fallback="caching"``, is served by torchmem's
 caching allocator and counted in ``stats()["fallback_allocations"]``.
 
-Routing a thread's torch allocations needs torchmem's CPU allocator
+On CUDA (``device="cuda"``) the region is one block of torchmem's CUDA caching
+allocator and serves one stream, the device's current stream when the arena
+is created; allocations on other streams go to the caching allocator. The
+autograd engine runs CUDA backward passes on its own threads, whose
+allocations are not routed (routing is per thread).
+
+Routing a thread's torch allocations needs torchmem installed
 (``torchmem.install()``). Without routing, ``Arena.empty()`` hands out
-tensors from the arena directly (host memory only).
+tensors from a host arena directly.
 """
 from __future__ import annotations
 
@@ -46,9 +56,28 @@ __all__ = ["Arena", "ArenaEscapeError", "arena"]
 
 _ESCAPE_POLICIES = ("keep", "raise")
 
+# Arena.last_block's keys, from the core's stats() keys.
+_BLOCK_KEYS = {
+    "peak": "block_peak",
+    "allocations": "block_allocations",
+    "holes": "block_holes",
+    "hole_bytes": "block_hole_bytes",
+    "holes_skipped": "block_holes_skipped",
+    "fallback_allocations": "block_fallback_allocations",
+    "fallback_bytes": "block_fallback_bytes",
+    "escaped": "live_allocations",
+    "escaped_bytes": "live_bytes",
+}
+
 
 class ArenaEscapeError(RuntimeError):
     """Allocations from an arena were still alive when its block ended."""
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return isinstance(device, str) and device.split(":")[0] == "cuda"
 
 
 def _make_device(device, capacity: int):
@@ -58,21 +87,35 @@ def _make_device(device, capacity: int):
             return _C.HostDevice(0)
         if name == "sim":
             return _C.SimDevice(capacity)
-        raise ValueError(f"torchmem.Arena: device must be 'cpu', 'sim' or a torchmem device, got {device!r}")
+        raise ValueError(f"torchmem.Arena: device must be 'cpu', 'cuda', 'cuda:N', 'sim' or a torchmem device, "
+                         f"got {device!r}")
     if isinstance(device, _C.Device):
         return device
     raise TypeError(f"torchmem.Arena: unsupported device {device!r}")
 
 
-def _make_fallback(fallback):
+def _make_fallback(fallback, caching):
+    """The allocator serving requests beyond the region; `caching` is the device's caching allocator."""
     if fallback is None or isinstance(fallback, _C.Allocator):
         return fallback
     if fallback == "caching":
-        caching = _C.cpu_caching_allocator()
         if caching is None:
             raise RuntimeError("torchmem.Arena: fallback='caching' needs torchmem.install() first")
         return caching
     raise ValueError(f"torchmem.Arena: fallback must be None, 'caching' or a torchmem allocator, got {fallback!r}")
+
+
+def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, _C.Arena]":
+    from torchmem import cuda as tmcuda
+
+    tmcuda._require_glue()  # CUDANotBuiltError without the CUDA part
+    if not tmcuda.installed():
+        raise RuntimeError("torchmem.Arena(device='cuda') takes its region from torchmem's CUDA allocator: "
+                           "call torchmem.install() before CUDA initialises")
+    index = tmcuda._index(device)
+    caching = tmcuda.caching_allocator(index)
+    stream = torch.cuda.current_stream(index).cuda_stream
+    return index, _C.Arena.over(caching, capacity, alignment, _make_fallback(fallback, caching), stream, caching)
 
 
 class Arena:
@@ -80,18 +123,27 @@ class Arena:
 
     Args:
         capacity: bytes taken from the device at creation.
-        device: None or "cpu" (host memory), "sim" (a simulated device: addresses
-            only, for tests and planning), or a ``torchmem._C`` device.
+        device: None or "cpu" (host memory); "cuda" or "cuda:N" (one block of
+            torchmem's CUDA caching allocator, serving the current stream);
+            "sim" (a simulated device: addresses only, for tests and
+            planning); or a ``torchmem._C`` device.
         alignment: default alignment of allocations (a power of two >= 64).
-        fallback: None (a full arena raises), "caching" (torchmem's CPU caching
-            allocator serves what does not fit), or a ``torchmem._C.Allocator``.
+        fallback: None (a full arena raises), "caching" (torchmem's caching
+            allocator of the device serves what does not fit), or a
+            ``torchmem._C.Allocator``.
     """
 
     def __init__(self, capacity: int, device=None, *, alignment: int = 64, fallback=None):
         capacity = int(capacity)
-        self._device = _make_device(device, capacity)
-        self._impl = _C.Arena(self._device, capacity, alignment, _make_fallback(fallback))
-        self.escaped = 0  # live allocations when the last block ended
+        self._cuda_index = None
+        if _is_cuda(device):
+            self._cuda_index, self._impl = _cuda_arena(device, capacity, alignment, fallback)
+        else:
+            self._device = _make_device(device, capacity)
+            caching = _C.cpu_caching_allocator() if isinstance(fallback, str) else None
+            self._impl = _C.Arena(self._device, capacity, alignment, _make_fallback(fallback, caching))
+        self.escaped = 0       # live allocations when the last block ended
+        self.last_block: dict = {}
         self._scopes: list = []
 
     # figures
@@ -101,11 +153,12 @@ class Arena:
 
     @property
     def used(self) -> int:
-        """Bytes handed out since the last reset, alignment padding included."""
+        """Where the cursor is: bytes from the region's start to the newest allocation."""
         return self._impl.used
 
     @property
     def peak(self) -> int:
+        """The most bytes of the region in use at once since creation (or reset_peak())."""
         return self._impl.peak
 
     @property
@@ -117,27 +170,34 @@ class Arena:
         return self._impl.device
 
     @property
+    def stream(self) -> int | None:
+        """The stream the region serves (None: every stream, on host memory)."""
+        return self._impl.stream
+
+    @property
     def handle(self) -> "_C.Arena":
         """The C++ arena (a ``torchmem._C.Allocator``)."""
         return self._impl
 
     def stats(self) -> dict:
+        """Overall figures (peak, holes, hole_bytes, holes_skipped, rewinds, fallback_*...)
+        and the current block's (block_peak, block_holes_skipped, ...)."""
         return self._impl.stats()
+
+    def rewind(self) -> int:
+        """Starts a block: the cursor returns to the start; live allocations
+        become holes it skips. Always safe. Returns the number of holes."""
+        return self._impl.rewind()
 
     def reset(self) -> None:
         """Releases everything now. Raises ArenaEscapeError (and changes
-        nothing) while allocations are live; see reset_when_unused()."""
+        nothing) while allocations are live; see rewind()."""
         if self._impl.live_allocations:
             raise ArenaEscapeError(
                 f"torchmem.Arena.reset: {self._impl.live_allocations} allocations are still alive; "
-                "free them first or use reset_when_unused()"
+                "free them first, or use rewind(), which keeps them"
             )
         self._impl.reset()
-
-    def reset_when_unused(self) -> bool:
-        """Resets now if nothing is live (True), else as soon as the last live
-        allocation is freed (False)."""
-        return self._impl.reset_when_unused()
 
     def reset_peak(self) -> None:
         self._impl.reset_peak()
@@ -172,13 +232,14 @@ class Arena:
     # blocks
     @contextlib.contextmanager
     def scope(self, *, route: bool = True, on_escape: str = "keep") -> Iterator["Arena"]:
-        """A block: with route=True this thread's CPU tensors come from the
-        arena; on exit the arena resets (at once, or when escaped allocations
-        die, see the module docs)."""
+        """A block: rewinds the arena, and with route=True this thread's
+        tensors on the arena's device come from it until the block ends.
+        ``last_block`` then reports it (see the module docs)."""
         if on_escape not in _ESCAPE_POLICIES:
             raise ValueError(f"on_escape must be one of {_ESCAPE_POLICIES}, got {on_escape!r}")
         if route:
-            _push(self)
+            self._push()
+        self._impl.rewind()
         failed = False
         try:
             yield self
@@ -187,15 +248,33 @@ class Arena:
             raise
         finally:
             if route:
-                _C.pop_thread_allocator()
-            live = self._impl.live_allocations
-            self.escaped = live
-            self._impl.reset_when_unused()
-            if live and on_escape == "raise" and not failed:
+                self._pop()
+            stats = self._impl.stats()
+            self.last_block = {key: stats[name] for key, name in _BLOCK_KEYS.items()}
+            self.escaped = stats["live_allocations"]
+            if self.escaped and on_escape == "raise" and not failed:
                 raise ArenaEscapeError(
-                    f"torchmem.arena: {live} allocations ({self._impl.stats()['live_bytes']} bytes) are still "
+                    f"torchmem.arena: {self.escaped} allocations ({stats['live_bytes']} bytes) are still "
                     "alive at the end of the block; the arena keeps their memory until they are freed"
                 )
+
+    def _push(self) -> None:
+        if self._cuda_index is not None:
+            _C.cuda_push_thread_allocator(self._cuda_index, self._impl)
+            return
+        if self._impl.device != "cpu":
+            raise ValueError(f"torchmem.arena: routing torch allocations needs a 'cpu' or 'cuda' arena, "
+                             f"not {self._impl.device!r}")
+        if not _C.cpu_installed():
+            raise RuntimeError("torchmem.arena routes allocations through torchmem's CPU allocator: "
+                               "call torchmem.install() first")
+        _C.push_thread_allocator(self._impl)
+
+    def _pop(self) -> None:
+        if self._cuda_index is not None:
+            _C.cuda_pop_thread_allocator(self._cuda_index)
+        else:
+            _C.pop_thread_allocator()
 
     def __enter__(self) -> "Arena":
         """``with a:`` is ``with a.scope():`` (routed, on_escape="keep")."""
@@ -212,30 +291,21 @@ class Arena:
                 f"peak={self.peak}, live={self.live_allocations})")
 
 
-def _push(a: Arena) -> None:
-    push = getattr(_C, "push_thread_allocator", None)
-    if push is None:
-        raise RuntimeError("torchmem.arena: this build of torchmem has no thread allocator hook")
-    if a.device != "cpu":
-        raise ValueError(f"torchmem.arena: routing torch allocations needs a 'cpu' arena, not {a.device!r}")
-    if not _C.cpu_installed():
-        raise RuntimeError("torchmem.arena routes allocations through torchmem's CPU allocator: "
-                           "call torchmem.install() first")
-    push(a.handle)
-
-
 @contextlib.contextmanager
 def arena(capacity: "int | Arena", device=None, *, on_escape: str = "keep", fallback=None) -> Iterator[Arena]:
-    """``with torchmem.arena(capacity) as a:`` routes this thread's CPU
-    allocations into an arena for the block and resets it at the end.
+    """``with torchmem.arena(capacity) as a:`` routes this thread's allocations
+    on `device` ("cpu" by default, or "cuda[:N]") into an arena for the block.
 
     Pass an existing ``Arena`` instead of a capacity to reuse its region
-    across steps (no new region per step). See the module docs for tensors
-    that outlive the block (``on_escape``).
+    across steps (the usual case; its device and fallback were chosen when it
+    was made). See the module docs for tensors that outlive the block.
     """
-    if device is not None and str(device) != "cpu":
-        raise NotImplementedError(f"torchmem.arena: device {device!r} is not supported yet (CPU only)")
-    a = capacity if isinstance(capacity, Arena) else Arena(capacity, device, fallback=fallback)
+    if isinstance(capacity, Arena):
+        if device is not None or fallback is not None:
+            raise ValueError("torchmem.arena: device and fallback belong to the Arena when one is passed")
+        a = capacity
+    else:
+        a = Arena(capacity, device, fallback=fallback)
     with a.scope(route=True, on_escape=on_escape):
         yield a
 
@@ -252,4 +322,9 @@ def conformance_factories() -> dict:
         caching = _C.CachingAllocator(_C.HostDevice(0), "")
         return _C.Arena(_C.HostDevice(0), 64 << 20, 64, caching), True
 
-    return {"arena-sim": sim, "arena-host-fallback": host_with_fallback}
+    def over_caching():
+        # The CUDA arena's shape on host memory: the region is one block of a caching allocator.
+        caching = _C.CachingAllocator(_C.HostDevice(0), "")
+        return _C.Arena.over(caching, 64 << 20, 64, caching, 0, caching), True
+
+    return {"arena-sim": sim, "arena-host-fallback": host_with_fallback, "arena-over-caching": over_caching}

@@ -12,6 +12,7 @@ void bind_replay(pybind11::module_& m);
 void bind_jsonl(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
+void bind_arena(pybind11::module_& m);
 void bind_paged(pybind11::module_& m);
 void bind_history(pybind11::module_& m);
 void bind_oom(pybind11::module_& m);

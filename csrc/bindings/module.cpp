@@ -8,6 +8,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_jsonl(m);
   torchmem::bindings::bind_planned(m);
   torchmem::bindings::bind_planner(m);
+  torchmem::bindings::bind_arena(m);
   torchmem::bindings::bind_paged(m);
   torchmem::bindings::bind_history(m);
   torchmem::bindings::bind_oom(m);

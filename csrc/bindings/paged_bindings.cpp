@@ -1,6 +1,5 @@
-// Python types for the arena (core/arena.h) and the paged block pool
-// (core/block_pool.h). Pointers cross as integers (uintptr_t); block ids as
-// ints; batches as lists.
+// Python types for the paged block pool (core/block_pool.h). Block ids
+// cross as ints; batches as lists.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -9,7 +8,6 @@
 #include <vector>
 
 #include "bindings/bindings.h"
-#include "core/arena.h"
 #include "core/block_pool.h"
 
 namespace py = pybind11;
@@ -17,22 +15,6 @@ namespace py = pybind11;
 namespace torchmem::bindings {
 
 namespace {
-
-py::dict arena_stats_to_dict(const ArenaStats& s) {
-  py::dict d;
-  d["capacity"] = s.capacity;
-  d["used"] = s.used;
-  d["peak"] = s.peak;
-  d["live_allocations"] = s.live_allocations;
-  d["live_bytes"] = s.live_bytes;
-  d["allocations"] = s.allocations;
-  d["resets"] = s.resets;
-  d["fallback_allocations"] = s.fallback_allocations;
-  d["fallback_bytes"] = s.fallback_bytes;
-  d["fallback_live"] = s.fallback_live;
-  d["reset_pending"] = s.reset_pending;
-  return d;
-}
 
 py::dict pool_stats_to_dict(const PagedBlockPoolStats& s) {
   py::dict d;
@@ -45,45 +27,11 @@ py::dict pool_stats_to_dict(const PagedBlockPoolStats& s) {
   return d;
 }
 
-void* as_ptr(uintptr_t p) { return reinterpret_cast<void*>(p); }
-
 }  // namespace
 
 void bind_paged(py::module_& m) {
   // Registered after bind_caching's OutOfMemory translator, so tried first.
   py::register_exception<OutOfBlocks>(m, "OutOfBlocksError", PyExc_MemoryError);
-
-  py::class_<Arena, Allocator, std::shared_ptr<Arena>>(m, "Arena")
-      .def(py::init([](std::shared_ptr<Device> device, size_t capacity, size_t alignment,
-                       std::shared_ptr<Allocator> fallback) {
-             if (!device) throw py::type_error("Arena needs a device (torchmem._C.HostDevice or SimDevice), not None");
-             ArenaOptions options;
-             options.capacity = capacity;
-             options.default_alignment = alignment;
-             return std::make_shared<Arena>(std::move(device), options, std::move(fallback));
-           }),
-           py::arg("device"), py::arg("capacity"), py::arg("alignment") = 64, py::arg("fallback") = nullptr,
-           // The fallback's Python object may own what the fallback needs (its device).
-           py::keep_alive<1, 5>())
-      .def(
-          "allocate",
-          [](Arena& a, size_t size, size_t alignment) {
-            return reinterpret_cast<uintptr_t>(alignment ? a.allocate_aligned(size, alignment) : a.allocate(size));
-          },
-          py::arg("size"), py::arg("alignment") = 0)
-      .def("deallocate", [](Arena& a, uintptr_t p) { a.deallocate(as_ptr(p)); }, py::arg("ptr"))
-      .def("owns", [](const Arena& a, uintptr_t p) { return a.owns(as_ptr(p)); }, py::arg("ptr"))
-      .def("reset", &Arena::reset)
-      .def("reset_when_unused", &Arena::reset_when_unused)
-      .def("reset_peak", &Arena::reset_peak)
-      .def("stats", [](const Arena& a) { return arena_stats_to_dict(a.stats()); })
-      .def("check_invariants", &Arena::check_invariants)
-      .def_property_readonly("capacity", &Arena::capacity)
-      .def_property_readonly("used", &Arena::used)
-      .def_property_readonly("peak", &Arena::peak)
-      .def_property_readonly("live_allocations", &Arena::live_allocations)
-      .def_property_readonly("base", &Arena::base)
-      .def_property_readonly("device", [](Arena& a) { return a.device().name(); });
 
   py::class_<PagedBlockPool, std::shared_ptr<PagedBlockPool>>(m, "PagedBlockPool")
       .def(py::init<int32_t>(), py::arg("num_blocks"))

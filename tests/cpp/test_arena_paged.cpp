@@ -168,22 +168,44 @@ static void test_arena_oom_and_fallback() {
   }
 }
 
-static void test_arena_deferred_reset() {
+static void test_arena_rewind_and_holes() {
   HostDevice device;
   Arena arena(device, {1 << 16});
-  void* a = arena.allocate(64);
-  void* b = arena.allocate(64);
-  arena.deallocate(a);
-  CHECK(!arena.reset_when_unused());  // b is live: nothing moves
-  CHECK(arena.used() == 128 && arena.stats().reset_pending);
-  void* c = arena.allocate(64);  // still bumps: b's memory is never reused
-  CHECK(c != a && c != b);
-  arena.deallocate(c);
-  CHECK(arena.used() == 192);
-  arena.deallocate(b);  // the last live one: the pending reset happens
-  CHECK(arena.used() == 0 && !arena.stats().reset_pending);
-  CHECK(arena.reset_when_unused());
+  char* a = static_cast<char*>(arena.allocate(64));
+  char* b = static_cast<char*>(arena.allocate(64));
+  arena.deallocate(a);                   // behind the cursor: reused from the next rewind
+  CHECK(arena.used() == 128);
+  CHECK(arena.rewind() == 1);            // b is live: it becomes a hole
+  CHECK(arena.used() == 0 && arena.stats().hole_bytes == 64 && arena.stats().block_peak == 128);
+  char* c = static_cast<char*>(arena.allocate(64));
+  CHECK(c == a);                         // a's bytes again
+  char* d = static_cast<char*>(arena.allocate(64));
+  CHECK(d == b + 64);                    // the cursor skipped b
+  CHECK(arena.stats().block_holes_skipped == 1);
+  arena.deallocate(d);                   // the newest: the cursor comes back to c's end
+  CHECK(arena.used() == 64);
+  arena.deallocate(b);                   // a hole ahead of the cursor: no longer skipped
+  char* e = static_cast<char*>(arena.allocate(64));
+  CHECK(e == b && arena.stats().block_holes_skipped == 1);  // no new jump
   arena.check_invariants();
+  arena.deallocate(c);
+  arena.deallocate(e);                   // nothing live: the cursor is back at the start
+  CHECK(arena.used() == 0 && arena.live_allocations() == 0 && arena.stats().holes == 0);
+  arena.check_invariants();
+
+  // A wrap: at the region's end, bytes freed behind the cursor are found again.
+  Arena small(device, {4096});
+  void* p[4];
+  for (auto& q : p) q = small.allocate(1024);
+  small.deallocate(p[1]);
+  small.deallocate(p[2]);
+  void* w = small.allocate(2048);        // does not fit ahead; 2 KiB freed behind
+  CHECK(w == p[1] && small.stats().wraps == 1 && small.stats().holes == 2);
+  CHECK(throws<OutOfMemory>([&] { small.allocate(64); }));  // full, nothing freed since the wrap
+  small.check_invariants();
+  for (void* q : {p[0], p[3], w}) small.deallocate(q);
+  CHECK(small.live_allocations() == 0 && small.used() == 0);
+
   // Many allocations, freed in random order: tracking stays consistent.
   std::vector<void*> ptrs;
   for (int i = 0; i < 500; ++i) ptrs.push_back(arena.allocate(8));
@@ -408,7 +430,7 @@ static void test_block_pool_random() {
 int main() {
   test_arena_basics();
   test_arena_oom_and_fallback();
-  test_arena_deferred_reset();
+  test_arena_rewind_and_holes();
   test_pmr_and_aligned_allocator();
   test_block_pool_scenario();
   test_block_pool_errors();
