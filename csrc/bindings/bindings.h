@@ -12,6 +12,7 @@ void bind_replay(pybind11::module_& m);
 void bind_jsonl(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
+void bind_planner_streams(pybind11::module_& planner);  // on the planner submodule
 void bind_paged(pybind11::module_& m);
 void bind_history(pybind11::module_& m);
 void bind_cuda(pybind11::module_& m);  // CUDA builds only (TORCHMEM_WITH_CUDA)
