@@ -11,7 +11,13 @@ and prints what each strategy needs for them:
     reordered   planned after peak-aware reordering of the graph
     bound       the most bytes live at one instant
 
-Run:  python examples/plan_model.py [--batch 32] [--seq 128] [--layers 12]
+then what running it as a pipeline costs in memory: the graph cut into 2 and
+4 stages (balanced by each node's measured time), one stream per stage, the
+tensors between stages double-buffered (in_flight=2), every stage busy; each
+plan with its lower bound and the ideal speed-up (sum of stage times over the
+largest).
+
+Run:  python examples/plan_model.py [--batch 32] [--seq 128] [--layers 12] [--stages 2,4] [--in-flight 2]
 """
 from __future__ import annotations
 
@@ -23,8 +29,8 @@ import torch
 import torch.fx
 from torch import nn
 
-from torchmem.plan import solve
-from torchmem.plan.fx import analyze, plan_graph
+from torchmem.plan import pipeline, solve
+from torchmem.plan.fx import analyze, measure_seconds, plan_graph
 
 
 class SelfAttention(nn.Module):
@@ -83,13 +89,16 @@ class Bert(nn.Module):
         return torch.tanh(self.pool(x[:, 0]))
 
 
+def bert_inputs(batch: int = 32, seq: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    return torch.randint(0, 30522, (batch, seq)), torch.arange(seq).expand(batch, seq)
+
+
 def bert_analysis(batch: int = 32, seq: int = 128, layers: int = 12):
     torch.manual_seed(0)
     model = Bert(layers=layers).eval()
     gm = torch.fx.symbolic_trace(model)
-    ids = torch.randint(0, 30522, (batch, seq))
-    positions = torch.arange(seq).expand(batch, seq)
-    return gm, analyze(gm, ids, positions)
+    return gm, analyze(gm, *bert_inputs(batch, seq))
 
 
 def table(analysis, time_limit: float = 10.0) -> list[tuple[str, int, str]]:
@@ -113,15 +122,36 @@ def table(analysis, time_limit: float = 10.0) -> list[tuple[str, int, str]]:
     return rows
 
 
+def pipeline_table(analysis, costs: list[float], stage_counts: tuple[int, ...] = (2, 4), in_flight: int = 2,
+                   time_limit: float = 10.0) -> list[str]:
+    """Markdown rows: the sequential plan, then each K-stage pipeline plan."""
+    plans = [pipeline(analysis, stages=k, in_flight=in_flight, cost=costs, time_limit=time_limit)
+             for k in stage_counts]
+    seq = plans[0].sequential
+    mib = 2**20
+    lines = ["| plan | MiB | lower bound MiB | vs sequential | of which copies between stages | "
+             "stage times (ms) | ideal speed-up |", "|---|---:|---:|---:|---:|---|---:|",
+             f"| sequential (one stream) | {seq.height / mib:,.1f} | {seq.lower_bound / mib:,.1f} | 1.00x | - "
+             f"| {sum(costs) * 1e3:,.0f} | 1.00x |"]
+    for k, p in zip(stage_counts, plans):
+        times = " / ".join(f"{s.cost * 1e3:,.0f}" for s in p.stages)
+        lines.append(f"| {k} stages, in_flight {in_flight} | {p.height / mib:,.1f} | {p.lower_bound / mib:,.1f} "
+                     f"| {p.height / seq.height:.2f}x | {p.slot_bytes / mib:,.1f} | {times} | {p.speedup:.2f}x |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--time-limit", type=float, default=10.0)
+    parser.add_argument("--stages", default="2,4", help="pipeline stage counts, comma-separated ('' for none)")
+    parser.add_argument("--in-flight", type=int, default=2)
+    parser.add_argument("--timing-runs", type=int, default=1, help="runs to time each node (median)")
     args = parser.parse_args()
     start = time.perf_counter()
-    _, analysis = bert_analysis(args.batch, args.seq, args.layers)
+    gm, analysis = bert_analysis(args.batch, args.seq, args.layers)
     print(f"BERT-base inference, batch {args.batch}, sequence {args.seq}, {args.layers} layers, hidden 768: "
           f"{len(analysis.names)} graph nodes, traced and run in {time.perf_counter() - start:.1f} s\n")
     rows = table(analysis, args.time_limit)
@@ -129,6 +159,11 @@ def main() -> None:
     print(f"| strategy | MiB | vs bound | note |\n|---|---:|---:|---|")
     for name, size, note in rows:
         print(f"| {name} | {size / 2**20:,.1f} | {size / bound:.3f}x | {note} |")
+    stage_counts = tuple(int(k) for k in args.stages.split(",") if k.strip())
+    if stage_counts:
+        costs = measure_seconds(gm, *bert_inputs(args.batch, args.seq), runs=args.timing_runs)
+        print(f"\nAs a pipeline (node times: median of {args.timing_runs} run(s) on this machine):\n")
+        print("\n".join(pipeline_table(analysis, costs, stage_counts, args.in_flight, args.time_limit)))
 
 
 if __name__ == "__main__":

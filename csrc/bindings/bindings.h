@@ -13,6 +13,7 @@ void bind_jsonl(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
 void bind_arena(pybind11::module_& m);
+void bind_planner_streams(pybind11::module_& planner);  // on the planner submodule
 void bind_paged(pybind11::module_& m);
 void bind_history(pybind11::module_& m);
 void bind_oom(pybind11::module_& m);

@@ -103,6 +103,7 @@ void bind_planner(py::module_& m) {
         return py::make_tuple(r.order, r.peak_before, r.peak_after);
       },
       py::arg("num_nodes"), py::arg("edges"), py::arg("out_bytes"), py::arg("users"), py::arg("initial_order"));
+  bind_planner_streams(p);
 }
 
 }  // namespace torchmem::bindings

@@ -1,44 +1,65 @@
-"""`torchmem plan FILE.csv`: place the buffers of a MiniMalloc-format CSV."""
+"""`torchmem plan FILE`: place the buffers of a MiniMalloc-format CSV (with
+optional stream columns), or plan an exported model (``.pt2`` from
+``torch.export.save``, run once on its recorded example inputs), optionally as
+a K-stage pipeline (``--stages K --in-flight N``)."""
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 
 def register(subparsers) -> None:
-    from torchmem.plan.solve import METHODS
+    from torchmem.plan.solve import METHODS, SHARINGS
 
-    p = subparsers.add_parser("plan", help="plan static memory for buffers in a MiniMalloc CSV (id,lower,upper,size)")
-    p.add_argument("file", help="CSV with header id,lower,upper,size (half-open lifetimes [lower, upper))")
+    p = subparsers.add_parser("plan", help="plan static memory for buffers in a MiniMalloc CSV (id,lower,upper,size) "
+                                           "or for an exported model (.pt2), optionally pipelined")
+    p.add_argument("file", help="CSV with header id,lower,upper,size[,stream,reads,syncs] (half-open lifetimes "
+                                "[lower, upper)), or a .pt2 file from torch.export.save with example inputs")
     p.add_argument("--method", default="auto", choices=METHODS, help="placement method (default auto)")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="seconds for the exact search (default 10)")
     p.add_argument("--alignment", type=int, default=1, help="round offsets and sizes up to a multiple (default 1)")
+    p.add_argument("--sharing", default="auto", choices=SHARINGS,
+                   help="with streams: one shared slab, a region per stream, or the lower of both (default auto)")
+    p.add_argument("--stages", type=int, default=None, metavar="K",
+                   help="(.pt2) plan a K-stage pipeline, stages cut by measured node time")
+    p.add_argument("--in-flight", type=int, default=2, metavar="N",
+                   help="(.pt2 with --stages) copies of a tensor crossing one stage boundary (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--out", metavar="SOLUTION.csv", help="write id,lower,upper,size,offset")
+    p.add_argument("--out", metavar="SOLUTION.csv", help="write id,lower,upper,size,offset[,stream,reads,syncs]")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from torchmem.plan import load_csv, save_csv, solve
-
     if args.time_limit is not None and not args.time_limit > 0:
         raise ValueError(f"--time-limit must be > 0, got {args.time_limit}")
+    if args.file.endswith(".pt2"):
+        return _run_model(args)
+    if args.stages is not None:
+        raise ValueError("--stages needs a model graph: a .pt2 file from torch.export.save")
+    return _run_csv(args)
+
+
+def _progress(seconds: float, height: int, lower_bound: int, phase: str) -> None:
+    gap = (height - lower_bound) / lower_bound * 100 if lower_bound else 0.0
+    print(f"[{seconds:7.2f}s] height {height:,} ({gap:+.3f}% vs bound) by {phase}", file=sys.stderr, flush=True)
+
+
+def _run_csv(args) -> int:
+    from torchmem.plan import load_csv, save_csv, solve
+    from torchmem.plan.streams import has_streams
+
     buffers = load_csv(args.file)
-
-    def progress(seconds: float, height: int, lower_bound: int, phase: str) -> None:
-        gap = (height - lower_bound) / lower_bound * 100 if lower_bound else 0.0
-        print(f"[{seconds:7.2f}s] height {height:,} ({gap:+.3f}% vs bound) by {phase}", file=sys.stderr, flush=True)
-
-    show = not args.quiet
     plan = solve(buffers, method=args.method, time_limit=args.time_limit, alignment=args.alignment,
-                 progress=progress if show else None)
+                 progress=None if args.quiet else _progress, sharing=args.sharing)
     valid = plan.validate()
     if args.out:
         save_csv(plan, args.out)
+    streams = sorted({b.stream for b in buffers} | {r.stream for b in buffers for r in b.reads})
     if args.json:
-        print(json.dumps({
+        out: dict[str, Any] = {
             "file": args.file,
             "buffers": len(buffers),
             "height": plan.height,
@@ -48,12 +69,79 @@ def run(args) -> int:
             "optimal": plan.optimal,
             "seconds": round(plan.seconds, 6),
             "valid": valid,
-        }))
+        }
+        if has_streams(buffers):
+            out["streams"] = streams
+            out["sharing"] = plan.sharing
+        print(json.dumps(out))
     else:
-        print(f"{args.file}: {len(buffers)} buffers")
+        print(f"{args.file}: {len(buffers)} buffers" + (f" on streams {streams}" if has_streams(buffers) else ""))
         print(f"  height       {plan.height:,}")
         print(f"  lower bound  {plan.lower_bound:,} ({plan.gap * 100:+.3f}%)")
         print(f"  method       {plan.method}{' (optimal)' if plan.optimal else ''}")
+        if plan.sharing:
+            print(f"  sharing      {plan.sharing}")
         print(f"  seconds      {plan.seconds:.3f}")
         print(f"  valid        {valid}")
     return 0 if valid else 1
+
+
+def _load_model(path: str):
+    import torch
+
+    try:
+        program = torch.export.load(path)
+    except Exception as exc:  # torch raises several types for a file that is not an exported program
+        raise ValueError(f"{path}: cannot load an exported program ({type(exc).__name__}: {exc})") from None
+    inputs = getattr(program, "example_inputs", None)
+    if not inputs:
+        raise ValueError(f"{path}: the exported program has no example inputs (export it with torch >= 2.4)")
+    args, kwargs = inputs
+    if kwargs:
+        raise ValueError(f"{path}: keyword example inputs are not supported")
+    return program.module(), args
+
+
+def _run_model(args) -> int:
+    from torchmem.plan.fx import analyze, plan_graph
+    from torchmem.plan.pipeline_plan import pipeline
+
+    gm, inputs = _load_model(args.file)
+    analysis = analyze(gm, *inputs)
+    if args.stages is None:
+        gp = plan_graph(None, analysis=analysis, method=args.method, time_limit=args.time_limit,
+                        alignment=args.alignment)
+        plan = gp.plan
+        if args.out:
+            from torchmem.plan import save_csv
+
+            save_csv(plan, args.out)
+        valid = plan.validate()
+        if args.json:
+            print(json.dumps({"file": args.file, "nodes": len(analysis.names), "buffers": len(plan.buffers),
+                              "height": plan.height, "lower_bound": plan.lower_bound, "naive": gp.naive_bytes,
+                              "method": plan.method, "optimal": plan.optimal, "valid": valid}))
+        else:
+            print(f"{args.file}: {len(analysis.names)} nodes, {len(plan.buffers)} buffers")
+            print(f"  height       {plan.height:,}")
+            print(f"  lower bound  {plan.lower_bound:,} ({plan.gap * 100:+.3f}%)")
+            print(f"  no reuse     {gp.naive_bytes:,}")
+            print(f"  valid        {valid}")
+        return 0 if valid else 1
+    if args.out:
+        raise ValueError("--out writes a buffer placement; a pipeline plan has one per stage (use the Python API)")
+    p = pipeline(analysis, stages=args.stages, in_flight=args.in_flight, method=args.method,
+                 time_limit=args.time_limit, alignment=args.alignment)
+    if args.json:
+        print(json.dumps({
+            "file": args.file, "nodes": len(analysis.names), "stages": len(p.stages), "in_flight": p.in_flight,
+            "height": p.height, "lower_bound": p.lower_bound, "slot_bytes": p.slot_bytes,
+            "sequential_height": p.sequential.height, "sequential_lower_bound": p.sequential.lower_bound,
+            "extra_bytes": p.extra_bytes, "speedup": p.speedup,
+            "stage_costs": [s.cost for s in p.stages], "stage_heights": [s.plan.height for s in p.stages],
+            "valid": True,
+        }))
+    else:
+        print(f"{args.file}: {len(analysis.names)} nodes")
+        print(p.summary())
+    return 0

@@ -11,20 +11,34 @@ with the lower bound (the most bytes live at one instant)::
 
 Sources of buffers: MiniMalloc CSV files (``load_csv``), recorded alloc/free
 traces (``buffers_from_trace``) and torch.fx graphs (``torchmem.plan.fx``).
+
+Several streams: a buffer names its producer's stream, its reads on other
+streams and synchronisations (``Sync``); liveness then extends to the
+synchronisation after the last read (``torchmem.plan.streams``).
+``pipeline(graph, stages=K, in_flight=2)`` plans an fx graph cut into K
+concurrent stages with double-buffered tensors between them.
 """
 from torchmem.plan.buffers import Buffer, as_buffers
 from torchmem.plan.csv_io import load_csv, save_csv
-from torchmem.plan.solve import METHODS, Plan, lower_bound, solve
+from torchmem.plan.pipeline_plan import PipelinePlan, pipeline
+from torchmem.plan.solve import METHODS, SHARINGS, Plan, lower_bound, solve
+from torchmem.plan.streams import Read, Sync, lifetimes
 from torchmem.plan.trace import buffers_from_trace
 
 __all__ = [
     "METHODS",
+    "SHARINGS",
     "Buffer",
+    "PipelinePlan",
     "Plan",
+    "Read",
+    "Sync",
     "as_buffers",
     "buffers_from_trace",
+    "lifetimes",
     "load_csv",
     "lower_bound",
+    "pipeline",
     "save_csv",
     "solve",
 ]

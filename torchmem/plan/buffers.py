@@ -1,9 +1,12 @@
-"""The planner's input: a buffer with a half-open lifetime and a size."""
+"""The planner's input: a buffer with a half-open lifetime and a size, and,
+with several streams, its producer's stream, its reads on other streams and
+synchronisations (torchmem/plan/streams.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
+from torchmem.plan.streams import Read, Sync, as_reads, as_syncs, check_stream
 
 INT64_LIMIT = 2**63
 
@@ -13,12 +16,19 @@ class Buffer:
     """``size`` bytes live over time steps ``[lower, upper)``.
 
     A buffer ending at ``t`` and one starting at ``t`` may share bytes.
+    With streams: ``stream`` is where it is produced (at ``lower``) and used
+    through ``upper - 1``; ``reads`` are uses ``(stream, step)`` on other
+    streams; ``syncs`` are synchronisations ``(src, after, dst, before)``
+    (any buffer may name any; the planner uses them all).
     """
 
     id: Hashable
     lower: int
     upper: int
     size: int
+    stream: int = 0
+    reads: tuple[Read, ...] = ()
+    syncs: tuple[Sync, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("lower", "upper", "size"):
@@ -38,19 +48,25 @@ class Buffer:
             raise ValueError(f"buffer {self.id!r}: negative size {self.size}")
         if self.lower >= self.upper:
             raise ValueError(f"buffer {self.id!r}: lower {self.lower} >= upper {self.upper} (lifetimes are [lower, upper))")
+        owner = f"buffer {self.id!r}"
+        object.__setattr__(self, "stream", check_stream(self.stream, f"{owner}: stream"))
+        object.__setattr__(self, "reads", as_reads(self.reads, owner))
+        object.__setattr__(self, "syncs", as_syncs(self.syncs, owner))
 
 
 def as_buffers(items: Iterable[Any]) -> list[Buffer]:
     """Buffers from Buffer objects, ``(id, lower, upper, size)`` tuples or
-    mappings with those keys. Raises ValueError on anything else, on a
-    negative size, on lower >= upper and on duplicate ids."""
+    mappings with those keys (and optionally ``stream``, ``reads``,
+    ``syncs``). Raises ValueError on anything else, on a negative size, on
+    lower >= upper and on duplicate ids."""
     out: list[Buffer] = []
     for k, item in enumerate(items):
         if isinstance(item, Buffer):
             b = item
         elif isinstance(item, Mapping):
             try:
-                b = Buffer(item.get("id", k), item["lower"], item["upper"], item["size"])
+                b = Buffer(item.get("id", k), item["lower"], item["upper"], item["size"], item.get("stream", 0),
+                           item.get("reads", ()), item.get("syncs", ()))
             except KeyError as exc:
                 raise ValueError(f"buffer #{k}: missing key {exc.args[0]!r}") from None
         elif isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 4:

@@ -19,14 +19,30 @@ watches storages:
 
 Steps are positions in an execution order: the graph's own, or one from
 ``GraphAnalysis.schedule()`` (peak-aware reordering).
+
+Streams: ``buffers(streams={node name: stream})`` runs each node on a
+stream (default 0). A buffer is produced on its producer's stream and read
+on its readers'; every dependency between nodes on different streams becomes
+a sync (the consumer waits for the producer, as ``wait_stream`` would), and
+at the output node every stream waits for every other (the join that ends
+the graph). A read on another stream keeps its buffer live until a sync leads
+back to the buffer's stream: the next dependency that does, else the join.
+
+Each node's wall time is kept (``seconds``), the cost model of
+``torchmem.plan.pipeline``: from the recorded run itself (which pays every
+first-call cost), or with ``timing_runs=N`` the median of N further runs;
+placeholders, attributes and the output node cost 0.
 """
 from __future__ import annotations
 
+import statistics
+import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Optional, Sequence
+from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from torchmem.plan.buffers import Buffer
 from torchmem.plan.solve import Plan, solve
+from torchmem.plan.streams import Read, Sync, check_stream
 
 WorkspaceFn = Callable[[Any, tuple], int]
 _WORKSPACES: dict[Any, WorkspaceFn] = {}
@@ -63,24 +79,70 @@ class GraphAnalysis:
     workspaces: list[tuple[int, int]]          # (node index, bytes)
     deps: list[set]                            # deps[v] = nodes that must run before v
     graph_order: list[int]
+    seconds: list[float] = field(default_factory=list)  # per node, wall time in the recorded run
+    output: int = -1                           # index of the output node (-1: none)
 
-    def buffers(self, order: Optional[Sequence[int]] = None) -> list[Buffer]:
-        """Buffers with lifetimes in steps of ``order`` (default: graph order)."""
+    def stream_of(self, streams: Optional[Mapping[str, int]]) -> list[int]:
+        """Per node, its stream from ``{node name: stream}`` (default 0);
+        ValueError naming an unknown node or a bad stream."""
+        out = [0] * len(self.names)
+        if not streams:
+            return out
+        index = {name: v for v, name in enumerate(self.names)}
+        for name, stream in streams.items():
+            if name not in index:
+                raise ValueError(f"stream assignment names node {name!r}, which is not in the graph")
+            out[index[name]] = check_stream(stream, f"node {name!r}: stream")
+        return out
+
+    def buffers(self, order: Optional[Sequence[int]] = None,
+                streams: Optional[Mapping[str, int]] = None) -> list[Buffer]:
+        """Buffers with lifetimes in steps of ``order`` (default: graph order),
+        on the streams of ``streams`` ({node name: stream}, default all 0)."""
         order = list(self.graph_order if order is None else order)
         pos = {v: i for i, v in enumerate(order)}
         end = len(order)
+        stream = self.stream_of(streams)
+        syncs = self._syncs(order, pos, stream) if any(stream) else {}
         out = []
         for o in self.owned:
             if o.size == 0:
                 continue
-            start = pos[o.node]
-            last = max([pos[r] for r in o.readers] + [start])
+            start, home = pos[o.node], stream[o.node]
+            last = max([pos[r] for r in o.readers if stream[r] == home] + [start])
             upper = end + 1 if o.to_output else last + 1
-            out.append(Buffer(o.name, start, upper, o.size))
+            # The output node only hands returned values back; they live to the end.
+            reads = sorted(Read(stream[r], pos[r]) for r in o.readers if stream[r] != home and r != self.output)
+            out.append(Buffer(o.name, start, upper, o.size, home, reads, syncs.pop(o.node, ())))
         for k, (node, size) in enumerate(self.workspaces):
             if size > 0:
-                out.append(Buffer(f"{self.names[node]}.workspace{k}", pos[node], pos[node] + 1, size))
+                out.append(Buffer(f"{self.names[node]}.workspace{k}", pos[node], pos[node] + 1, size, stream[node]))
+        rest = [s for group in syncs.values() for s in group]
+        if rest and out:
+            out[0] = Buffer(out[0].id, out[0].lower, out[0].upper, out[0].size, out[0].stream, out[0].reads,
+                            tuple(out[0].syncs) + tuple(rest))
         return out
+
+    def _syncs(self, order: list[int], pos: dict, stream: list[int]) -> dict[int, tuple[Sync, ...]]:
+        """Syncs by the node they start from: one per dependency across
+        streams, and the join at the output node (every stream waits for
+        every other)."""
+        found: dict[int, set] = {}
+        for v in order:
+            for u in self.deps[v]:
+                if stream[u] != stream[v]:
+                    found.setdefault(u, set()).add(Sync(stream[u], pos[u], stream[v], pos[v]))
+        if self.output >= 0 and self.output in pos:
+            at = pos[self.output]
+            last: dict[int, int] = {}
+            for v in order:
+                if pos[v] < at:
+                    last[stream[v]] = v
+            for s, v in last.items():
+                for h in set(stream):
+                    if h != s:
+                        found.setdefault(v, set()).add(Sync(s, pos[v], h, at))
+        return {u: tuple(sorted(group)) for u, group in found.items()}
 
     def peak(self, order: Optional[Sequence[int]] = None) -> int:
         from torchmem.plan.solve import lower_bound
@@ -132,9 +194,40 @@ def _workspace_fn(gm: Any, node: Any) -> Optional[WorkspaceFn]:
     return _WORKSPACES.get(node.target)
 
 
-def analyze(gm: Any, *example_inputs: Any) -> GraphAnalysis:
+_FREE_OPS = ("placeholder", "get_attr", "output")
+
+
+def measure_seconds(gm: Any, *example_inputs: Any, runs: int = 3) -> list[float]:
+    """Each node's median wall time over ``runs`` runs of ``gm`` node by node
+    (run it once before, to pay first-call costs); placeholders, attributes
+    and the output node cost 0."""
+    import torch
+    import torch.fx
+
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"runs must be an integer >= 1, got {runs!r}")
+    nodes = list(gm.graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    samples: list[list[float]] = [[] for _ in nodes]
+
+    class Timer(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return super().run_node(n)
+            finally:
+                samples[index[n]].append(time.perf_counter() - start)
+
+    with torch.no_grad():
+        for _ in range(runs):
+            Timer(gm).run(*example_inputs)
+    return [0.0 if n.op in _FREE_OPS else statistics.median(s) for n, s in zip(nodes, samples)]
+
+
+def analyze(gm: Any, *example_inputs: Any, timing_runs: int = 0) -> GraphAnalysis:
     """Runs ``gm`` (a torch.fx.GraphModule, e.g. from torch.fx.symbolic_trace
-    or torch.export(...).module()) once on the inputs and records buffers."""
+    or torch.export(...).module()) once on the inputs and records buffers.
+    ``timing_runs`` > 0: node times from that many more runs (median)."""
     import torch
     import torch.fx
     from torch.fx.passes.shape_prop import _extract_tensor_metadata
@@ -161,8 +254,17 @@ def analyze(gm: Any, *example_inputs: Any) -> GraphAnalysis:
     for name, t in list(gm.named_parameters()) + list(gm.named_buffers()):
         storage_owner.setdefault(key(t), None)
 
+    seconds = [0.0] * len(nodes)
+
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return self._record(n)
+            finally:
+                seconds[index[n]] = time.perf_counter() - start
+
+        def _record(self, n: Any) -> Any:
             v = index[n]
             inputs = n.all_input_nodes
             for u in inputs:
@@ -216,7 +318,11 @@ def analyze(gm: Any, *example_inputs: Any) -> GraphAnalysis:
 
     with torch.no_grad():
         Recorder(gm).run(*example_inputs)
-    return GraphAnalysis([n.name for n in nodes], owned, workspaces, deps, list(range(len(nodes))))
+    seconds = [0.0 if n.op in _FREE_OPS else t for n, t in zip(nodes, seconds)]
+    if timing_runs:
+        seconds = measure_seconds(gm, *example_inputs, runs=timing_runs)
+    output = next((i for i, n in enumerate(nodes) if n.op == "output"), -1)
+    return GraphAnalysis([n.name for n in nodes], owned, workspaces, deps, list(range(len(nodes))), seconds, output)
 
 
 def _writes(node: Any, out: Any, in_keys: set) -> bool:
@@ -245,8 +351,11 @@ class GraphPlan:
 
 def plan_graph(gm: Any, *example_inputs: Any, method: str = "auto", reorder: bool = False,
                time_limit: Optional[float] = None, alignment: int = 1,
-               analysis: Optional[GraphAnalysis] = None) -> GraphPlan:
-    """Analyzes (unless given ``analysis``), optionally reorders, and solves."""
+               analysis: Optional[GraphAnalysis] = None, streams: Optional[Mapping[str, int]] = None,
+               sharing: str = "auto") -> GraphPlan:
+    """Analyzes (unless given ``analysis``), optionally reorders, and solves.
+    ``streams``: {node name: stream} (see the module docstring); ``sharing``
+    as in ``solve``."""
     a = analysis if analysis is not None else analyze(gm, *example_inputs)
     before = a.peak()
     if reorder:
@@ -255,6 +364,6 @@ def plan_graph(gm: Any, *example_inputs: Any, method: str = "auto", reorder: boo
             order, after = a.graph_order, before
     else:
         order, after = a.graph_order, before
-    buffers = a.buffers(order)
-    plan = solve(buffers, method=method, time_limit=time_limit, alignment=alignment)
+    buffers = a.buffers(order, streams)
+    plan = solve(buffers, method=method, time_limit=time_limit, alignment=alignment, sharing=sharing)
     return GraphPlan(plan, [a.names[v] for v in order], sum(b.size for b in buffers), before, after)

@@ -1,12 +1,15 @@
 """``solve``: place buffers in one slab (the C++ planner in csrc/core/planner)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Optional
 
 from torchmem.plan.buffers import Buffer, as_buffers
+from torchmem.plan.streams import has_streams, schedule_columns
 
 METHODS = ("auto", "naive", "greedy", "sweep", "bottom_up", "portfolio", "search")
+SHARINGS = ("auto", "shared", "per_stream")
 DEFAULT_TIME_LIMIT = 10.0
 
 ProgressFn = Callable[[float, int, int, str], None]
@@ -29,7 +32,11 @@ class Plan:
     ``height`` is the slab size (max offset + size, with sizes rounded up to
     ``alignment``); ``lower_bound`` the most bytes live at one instant (no
     placement can be lower); ``optimal`` is True when the height is proven
-    minimal; ``method`` names what produced the placement.
+    minimal; ``method`` names what produced the placement. With streams,
+    ``sharing`` says how streams share the slab ("shared" or "per_stream"),
+    liveness extends to the synchronisations after reads on other streams,
+    and ``validate()`` checks that no two buffers that can be live at once
+    (in any execution the syncs allow) overlap.
     """
 
     buffers: list[Buffer]
@@ -41,6 +48,7 @@ class Plan:
     seconds: float
     alignment: int = 1
     nodes: int = 0
+    sharing: str = ""
     _by_id: dict = field(default_factory=dict, repr=False)
 
     def offset_of(self, buffer_id: Hashable) -> int:
@@ -58,11 +66,15 @@ class Plan:
 
     def validation_error(self) -> Optional[str]:
         """None when valid, else a sentence naming two conflicting buffers."""
-        sized = [Buffer(b.id, b.lower, b.upper, -(-b.size // self.alignment) * self.alignment) for b in self.buffers]
+        sized = [dataclasses.replace(b, size=-(-b.size // self.alignment) * self.alignment) for b in self.buffers]
         for b, off in zip(self.buffers, self.offsets):
             if off % self.alignment:
                 return f"buffer {b.id!r} at offset {off} is not aligned to {self.alignment}"
-        ok, first, second, message = _core().validate(*_columns(sized), list(self.offsets))
+        if has_streams(sized):
+            ok, first, second, message = _core().validate_streams(*_columns(sized), *schedule_columns(sized),
+                                                                  list(self.offsets))
+        else:
+            ok, first, second, message = _core().validate(*_columns(sized), list(self.offsets))
         if ok:
             return None
         if first >= 0 and second >= 0:
@@ -76,9 +88,16 @@ class Plan:
 
 
 def lower_bound(buffers: Iterable[Any]) -> int:
-    """The most bytes live at one instant."""
+    """The most bytes live at one instant; with streams, the most bytes of
+    buffers pairwise live at once (a read in flight on another stream keeps
+    its buffer live until no allocating stream can still miss it)."""
     bs = as_buffers(buffers)
-    return int(_core().lower_bound(*_columns(bs))) if bs else 0
+    if not bs:
+        return 0
+    lower, upper, size = _columns(bs)
+    if has_streams(bs):
+        _, _, upper, _ = _core().stream_lifetimes(lower, upper, size, *schedule_columns(bs))
+    return int(_core().lower_bound(lower, upper, size))
 
 
 def solve(
@@ -87,6 +106,7 @@ def solve(
     time_limit: Optional[float] = None,
     alignment: int = 1,
     progress: Optional[ProgressFn] = None,
+    sharing: str = "auto",
 ) -> Plan:
     """Places every buffer at an offset; see torchmem/plan/__init__.py.
 
@@ -95,11 +115,20 @@ def solve(
     ``time_limit`` seconds (default 10). ``alignment``: every offset and
     size is rounded up to a multiple of it. ``progress(seconds, height,
     lower_bound, phase)`` is called on every improvement.
-    Raises ValueError for bad buffers, an unknown method, a time limit <= 0
-    or an alignment < 1.
+    ``sharing`` (buffers on several streams only): "shared" (one slab, a
+    buffer kept until every allocating stream has synchronised after its
+    last use), "per_stream" (a region per stream, a buffer kept until the
+    synchronisation back to its own stream after its last read) or "auto"
+    (both, the lower).
+    Raises ValueError for bad buffers, an unknown method or sharing, a time
+    limit <= 0, an alignment < 1, and for streams: a read that no
+    synchronisation orders after its producer, a read with no
+    synchronisation back to the producer's stream, a bad sync.
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if sharing not in SHARINGS:
+        raise ValueError(f"unknown sharing {sharing!r}; choose from {', '.join(SHARINGS)}")
     if time_limit is None:
         time_limit = DEFAULT_TIME_LIMIT
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
@@ -112,6 +141,10 @@ def solve(
     total = sum(-(-b.size // alignment) * alignment for b in bs)
     if total >= 2**62:
         raise ValueError(f"the sizes add up to {total} bytes, more than the planner's 2**62 limit")
-    r = _core().solve(*_columns(bs), method, float(time_limit), alignment, progress)
+    if has_streams(bs):
+        r = _core().solve_streams(*_columns(bs), *schedule_columns(bs), method, float(time_limit), alignment,
+                                  sharing, progress)
+    else:
+        r = _core().solve(*_columns(bs), method, float(time_limit), alignment, progress)
     return Plan(bs, list(r["offsets"]), r["height"], r["lower_bound"], r["method"], r["optimal"], r["seconds"],
-                alignment, r["nodes"])
+                alignment, r["nodes"], r.get("sharing", ""))

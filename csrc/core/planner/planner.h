@@ -43,6 +43,7 @@ struct SolveOptions {
   std::string method = "auto";
   double time_limit = kDefaultTimeLimit;  // seconds, > 0; bounds the search
   int64_t alignment = 1;                  // offsets and sizes rounded to it
+  std::string sharing = "auto";           // with streams only: auto, shared, per_stream (stream_planner.h)
   std::function<void(const Progress&)> progress;
   const std::atomic<bool>* cancel = nullptr;
 };
@@ -55,6 +56,7 @@ struct Solution {
   bool optimal = false;  // height proven minimal (equals the bound, or search proved it)
   double seconds = 0;
   int64_t nodes = 0;   // search nodes
+  std::string sharing;  // with streams: "shared" or "per_stream" (stream_planner.h); else empty
 };
 
 Solution solve(const std::vector<Buffer>& buffers, const SolveOptions& options = {});
