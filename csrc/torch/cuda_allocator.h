@@ -83,6 +83,12 @@
 static_assert(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8),
               "torchmem's CUDA part needs torch 2.8 or newer (CUDAPluggableAllocator with mempool trace entries)");
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#define TORCHMEM_OVERRIDE_2_11 override
+#else
+#define TORCHMEM_OVERRIDE_2_11
+#endif
+
 namespace torchmem::glue {
 
 namespace c10cca = c10::cuda::CUDACachingAllocator;
@@ -131,23 +137,26 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override;
   std::string name() override { return "torchmem"; }
 
-  // Declared without `override` on purpose: their signatures differ between
-  // torch releases, and whichever matches the installed base overrides it
-  // (the other is an unused overload).
-  c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces);
+  // Signatures that differ between torch releases. TORCHMEM_OVERRIDE_2_11
+  // marks those that match torch 2.11 to 2.14 (checked by
+  // scripts/check_cuda_build.sh against both with -Werror=suggest-override);
+  // the other overloads are for releases before 2.11, where they override
+  // instead.
+  c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces) TORCHMEM_OVERRIDE_2_11;
   c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id);
   void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
-                     c10cca::RecordContext when, bool clear_history, const std::vector<std::string>& skip_actions);
+                     c10cca::RecordContext when, bool clear_history,
+                     const std::vector<std::string>& skip_actions) TORCHMEM_OVERRIDE_2_11;
   void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
                      c10cca::RecordContext when, bool clear_history);
-  bool isHistoryEnabled();
-  double getMemoryFraction(c10::DeviceIndex device);
-  void attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer);
+  bool isHistoryEnabled() TORCHMEM_OVERRIDE_2_11;
+  double getMemoryFraction(c10::DeviceIndex device) TORCHMEM_OVERRIDE_2_11;
+  void attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer) TORCHMEM_OVERRIDE_2_11;
   // Drops the free in a forked child that inherited CUDA state (see Fork above).
   void raw_delete(void* ptr) override;
   void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
-                          std::shared_ptr<c10cca::CUDAAllocator> allocator);
-  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id);
+                          std::shared_ptr<c10cca::CUDAAllocator> allocator) TORCHMEM_OVERRIDE_2_11;
+  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id) TORCHMEM_OVERRIDE_2_11;
 
  private:
   struct Pool {
