@@ -191,9 +191,11 @@ def spawn(workload: str, allocator: str, out: str, record: bool, timeout: int) -
 
 
 def replay_comparison(history: list[dict]) -> list[dict]:
-    """Each recorded native run replayed through torchmem's simulator (the same
-    caching allocator on a simulated device of the GPU's size): do peaks and the
-    final segment sizes match the native allocator's?"""
+    """Each recorded native run replayed exactly through torchmem's simulator
+    (the same caching allocator on a simulated device of the GPU's size, the
+    snapshot's settings, start state and recorded addresses): does every
+    allocation land at its native address, and do the peaks and the final
+    segments, block by block, match the native allocator's?"""
     try:
         import pickle
 
@@ -206,11 +208,20 @@ def replay_comparison(history: list[dict]) -> list[dict]:
             continue
         row = {"workload": run["workload"]}
         try:
-            result = sim.replay(run["snapshot"], capacity=run["gpu_total_bytes"], skip_bad_events=True)
+            result = sim.replay(run["snapshot"], capacity=run["gpu_total_bytes"])
             with open(run["snapshot"], "rb") as f:
                 native_snapshot = pickle.load(f)
-            native_segments = sorted(s["total_size"] for s in native_snapshot["segments"])
+            device = result.recorded.device if result.recorded else 0
+            native = [s for s in native_snapshot["segments"] if s.get("device", device) == device]
+            native_segments = sorted(s["total_size"] for s in native)
             replay_segments = sorted(s["total_size"] for s in result.segments)
+
+            def layout(segments: list[dict]) -> list:
+                return sorted((s["address"], s["total_size"], tuple(
+                    (b["address"], b["size"], b["allocated"] if "allocated" in b else b["state"] != "inactive")
+                    for b in s["blocks"])) for s in segments)
+
+            fidelity = result.fidelity or {}
             row.update(
                 native_peak_allocated=run["peak_allocated"],
                 replay_peak_allocated=result.peak_allocated,
@@ -222,6 +233,10 @@ def replay_comparison(history: list[dict]) -> list[dict]:
                 peaks_match=(run["peak_allocated"], run["peak_reserved"]) == (result.peak_allocated, result.peak_reserved),
                 completed=result.completed,
                 skipped_events=result.skipped,
+                placements_matched=fidelity.get("placements_matched", 0),
+                placements=fidelity.get("placements_matched", 0) + fidelity.get("placements_differed", 0),
+                exact=result.exact,
+                final_layout_match=result.completed and layout(native) == layout(result.segments),
             )
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {e}"
@@ -234,17 +249,19 @@ def replay_table(rows: list[dict]) -> str:
         "",
         "Native history replayed through torchmem's simulator:",
         "",
-        "| workload | peak allocated MiB native / replay | peak reserved MiB native / replay | segments native / replay | segment sizes match |",
-        "|---|---|---|---|---|",
+        "| workload | allocations at their native address | final segments block by block | peak allocated MiB native / replay | peak reserved MiB native / replay | segments native / replay |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r.get('workload', '-')} | {r['error']} | | | |")
+            lines.append(f"| {r.get('workload', '-')} | {r['error']} | | | | |")
             continue
         lines.append(
-            f"| {r['workload']} | {mib(r['native_peak_allocated'])} / {mib(r['replay_peak_allocated'])} | "
+            f"| {r['workload']} | {r['placements_matched']:,} of {r['placements']:,}{' (exact)' if r['exact'] else ''} | "
+            f"{'match' if r['final_layout_match'] else 'differ'} | "
+            f"{mib(r['native_peak_allocated'])} / {mib(r['replay_peak_allocated'])} | "
             f"{mib(r['native_peak_reserved'])} / {mib(r['replay_peak_reserved'])} | "
-            f"{r['native_segments']} / {r['replay_segments']} | {'yes' if r['segments_match'] else 'no'} |"
+            f"{r['native_segments']} / {r['replay_segments']} |"
         )
     return "\n".join(lines)
 
