@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "bindings/bindings.h"
+#include "bindings/planner_convert.h"
 #include "core/planner/lower_bound.h"
 #include "core/planner/planner.h"
 #include "core/planner/scheduling.h"
@@ -15,33 +16,7 @@ namespace py = pybind11;
 
 namespace torchmem::bindings {
 
-namespace {
-
 using planner::Buffer;
-
-std::vector<Buffer> to_buffers(const std::vector<int64_t>& lower, const std::vector<int64_t>& upper,
-                               const std::vector<int64_t>& size) {
-  if (lower.size() != upper.size() || lower.size() != size.size()) {
-    throw std::invalid_argument("lower, upper and size must have the same length");
-  }
-  std::vector<Buffer> out(lower.size());
-  for (size_t i = 0; i < lower.size(); ++i) out[i] = {int64_t(i), lower[i], upper[i], size[i]};
-  return out;
-}
-
-py::dict solution_to_dict(const planner::Solution& s) {
-  py::dict d;
-  d["offsets"] = s.offsets;
-  d["height"] = s.height;
-  d["lower_bound"] = s.lower_bound;
-  d["method"] = s.method;
-  d["optimal"] = s.optimal;
-  d["seconds"] = s.seconds;
-  d["nodes"] = s.nodes;
-  return d;
-}
-
-}  // namespace
 
 void bind_planner(py::module_& m) {
   py::module_ p = m.def_submodule("planner", "Static memory planner");

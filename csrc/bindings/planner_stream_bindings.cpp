@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "bindings/bindings.h"
+#include "bindings/planner_convert.h"
 #include "core/planner/pipeline.h"
 #include "core/planner/pipeline_unroll.h"
 #include "core/planner/stage_cut.h"
@@ -27,16 +28,6 @@ using planner::Buffer;
 using Triple = std::tuple<int32_t, int32_t, int64_t>;
 using Quad = std::tuple<int32_t, int64_t, int32_t, int64_t>;
 
-std::vector<Buffer> to_buffers(const std::vector<int64_t>& lower, const std::vector<int64_t>& upper,
-                               const std::vector<int64_t>& size) {
-  if (lower.size() != upper.size() || lower.size() != size.size()) {
-    throw std::invalid_argument("lower, upper and size must have the same length");
-  }
-  std::vector<Buffer> out(lower.size());
-  for (size_t i = 0; i < lower.size(); ++i) out[i] = {int64_t(i), lower[i], upper[i], size[i]};
-  return out;
-}
-
 std::vector<planner::Sync> to_syncs(const std::vector<Quad>& syncs) {
   std::vector<planner::Sync> out;
   for (const auto& [from, after, to, before] : syncs) out.push_back({from, after, to, before});
@@ -53,18 +44,6 @@ planner::StreamSchedule to_schedule(const std::vector<int32_t>& home, const std:
   return s;
 }
 
-py::dict solution_to_dict(const planner::Solution& s) {
-  py::dict d;
-  d["offsets"] = s.offsets;
-  d["height"] = s.height;
-  d["lower_bound"] = s.lower_bound;
-  d["method"] = s.method;
-  d["optimal"] = s.optimal;
-  d["seconds"] = s.seconds;
-  d["nodes"] = s.nodes;
-  d["sharing"] = s.sharing;
-  return d;
-}
 
 planner::PipelineGraph to_graph(const std::vector<std::string>& names, const std::vector<double>& cost,
                                 const std::vector<std::string>& buffer_names, const std::vector<int32_t>& producer,

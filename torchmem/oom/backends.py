@@ -87,20 +87,14 @@ class TorchmemCuda:
         return lambda: _C.cuda_remove_oom_observer(observer_id)
 
 
-class NativeCuda:
+class NativeCuda(TorchmemCuda):
+    """PyTorch's own CUDA allocator: recorded and snapshotted as torchmem's CUDA path
+    (through torch.cuda.memory), watched through torch's OOM observer."""
+
     name = "native-cuda"
     note_in_message = False
     _attached = False
     _callback: OomCallback | None = None
-
-    def start_recording(self, max_entries: int) -> None:
-        torch.cuda.memory._record_memory_history("all", max_entries=max_entries, stacks="python")
-
-    def stop_recording(self) -> None:
-        torch.cuda.memory._record_memory_history(None)
-
-    def snapshot(self) -> dict:
-        return torch.cuda.memory._snapshot()
 
     def watch(self, callback: OomCallback) -> Callable[[], None]:
         NativeCuda._callback = callback

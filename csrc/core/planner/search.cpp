@@ -11,6 +11,7 @@
 #include "core/planner/intervals.h"
 #include "core/planner/lower_bound.h"
 #include "core/planner/preorder.h"
+#include "core/planner/range_max_tree.h"
 
 namespace torchmem::planner {
 
@@ -77,48 +78,7 @@ Instance make_instance(const std::vector<Buffer>& all) {
 }
 
 // Range add, range max over sections (the bytes still unplaced in each).
-class MaxTree {
- public:
-  explicit MaxTree(const std::vector<Offset>& values) : n_(std::max<int32_t>(int32_t(values.size()), 1)),
-                                                          max_(4 * n_, 0), add_(4 * n_, 0) {
-    build(1, 0, n_, values);
-  }
-  Offset max(int32_t l, int32_t r) const { return max(1, 0, n_, l, r); }
-  void add(int32_t l, int32_t r, Offset v) { add(1, 0, n_, l, r, v); }
-
- private:
-  void build(int32_t node, int32_t nl, int32_t nr, const std::vector<Offset>& values) {
-    if (nr - nl == 1) {
-      max_[node] = nl < int32_t(values.size()) ? values[nl] : 0;
-      return;
-    }
-    const int32_t m = (nl + nr) / 2;
-    build(2 * node, nl, m, values);
-    build(2 * node + 1, m, nr, values);
-    max_[node] = std::max(max_[2 * node], max_[2 * node + 1]);
-  }
-  Offset max(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r) const {
-    if (r <= nl || nr <= l) return std::numeric_limits<Offset>::min();
-    if (l <= nl && nr <= r) return max_[node];
-    const int32_t m = (nl + nr) / 2;
-    return add_[node] + std::max(max(2 * node, nl, m, l, r), max(2 * node + 1, m, nr, l, r));
-  }
-  void add(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r, Offset v) {
-    if (r <= nl || nr <= l) return;
-    if (l <= nl && nr <= r) {
-      max_[node] += v;
-      add_[node] += v;
-      return;
-    }
-    const int32_t m = (nl + nr) / 2;
-    add(2 * node, nl, m, l, r, v);
-    add(2 * node + 1, m, nr, l, r, v);
-    max_[node] = add_[node] + std::max(max_[2 * node], max_[2 * node + 1]);
-  }
-
-  int32_t n_;
-  std::vector<Offset> max_, add_;
-};
+using MaxTree = RangeMaxTree<Offset>;
 
 class Searcher {
  public:

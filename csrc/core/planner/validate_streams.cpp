@@ -3,42 +3,15 @@
 #include <algorithm>
 #include <tuple>
 
+#include "core/planner/range_max_tree.h"
 #include "core/planner/stream_liveness.h"
 
 namespace torchmem::planner {
 
 namespace {
 
-// Counts per cell with range add and range max (lazy, recursive).
-class CoverTree {
- public:
-  explicit CoverTree(int32_t cells) : n_(std::max(cells, 1)), max_(4 * n_, 0), add_(4 * n_, 0) {}
-  void add(int32_t l, int32_t r, int32_t v) { add(1, 0, n_, l, r, v); }
-  int32_t max(int32_t l, int32_t r) const { return max(1, 0, n_, l, r); }
-
- private:
-  void add(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r, int32_t v) {
-    if (r <= nl || nr <= l) return;
-    if (l <= nl && nr <= r) {
-      max_[node] += v;
-      add_[node] += v;
-      return;
-    }
-    const int32_t m = (nl + nr) / 2;
-    add(2 * node, nl, m, l, r, v);
-    add(2 * node + 1, m, nr, l, r, v);
-    max_[node] = add_[node] + std::max(max_[2 * node], max_[2 * node + 1]);
-  }
-  int32_t max(int32_t node, int32_t nl, int32_t nr, int32_t l, int32_t r) const {
-    if (r <= nl || nr <= l) return 0;
-    if (l <= nl && nr <= r) return max_[node];
-    const int32_t m = (nl + nr) / 2;
-    return add_[node] + std::max(max(2 * node, nl, m, l, r), max(2 * node + 1, m, nr, l, r));
-  }
-
-  int32_t n_;
-  std::vector<int32_t> max_, add_;
-};
+// Counts per cell: how many placed blocks cover it.
+using CoverTree = RangeMaxTree<int32_t>;
 
 std::string place(const std::string& name, const Buffer& b, Offset o) {
   return "buffer " + name + " (produced at step " + std::to_string(b.lower) + ") at [" + std::to_string(o) + ", " +
