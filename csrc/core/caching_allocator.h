@@ -20,6 +20,7 @@
 #include "core/allocator.h"
 #include "core/block.h"
 #include "core/device.h"
+#include "core/device_allocator.h"
 #include "core/expandable_segment.h"
 #include "core/fork_safety.h"
 #include "core/history.h"
@@ -57,7 +58,7 @@ struct RecordedRange {
   std::vector<RecordedBlock> live_blocks;
 };
 
-class CachingAllocator final : public Allocator {
+class CachingAllocator final : public DeviceAllocator {
  public:
   explicit CachingAllocator(Device& device, AllocatorConfig config = {});
   ~CachingAllocator() override;
@@ -74,11 +75,11 @@ class CachingAllocator final : public Allocator {
 
   // Like deallocate(), but returns false for a pointer this allocator does
   // not own instead of throwing (used by deleters that hand foreign pointers on).
-  bool try_deallocate(void* ptr);
+  bool try_deallocate(void* ptr) override;
 
   // Returns every cached, unsplit segment (and unmapped expandable pages) to
   // the device.
-  void empty_cache();
+  void empty_cache() override;
 
   // Releases the cached segment that begins at `addr` (a free, unsplit
   // segment), or unmaps the wholly free pages of the free block of an
@@ -108,28 +109,28 @@ class CachingAllocator final : public Allocator {
   // true when it freed memory the allocator may now find cached. Callbacks
   // run under the allocator's lock (as PyTorch's): they must not call back
   // into this allocator (a deallocate() from a callback deadlocks).
-  void add_free_memory_callback(std::function<bool()> callback);
+  void add_free_memory_callback(std::function<bool()> callback) override;
 
   // Limits reserved memory to fraction * device.total_bytes() and enables the
   // garbage collection threshold when fraction < 1; 1 lifts the limit (as
   // torch.cuda.set_per_process_memory_fraction). Throws
   // std::invalid_argument outside [0, 1].
-  void set_memory_fraction(double fraction);
+  void set_memory_fraction(double fraction) override;
 
-  DeviceStats stats() const;
+  DeviceStats stats() const override;
   // The live statistics without taking the lock: only for an owner that is
   // the allocator's sole user (the replayer).
   const DeviceStats& stats_ref() const { return stats_; }
-  void reset_peak_stats();
-  void reset_accumulated_stats();
-  size_t largest_free_block() const;
+  void reset_peak_stats() override;
+  void reset_accumulated_stats() override;
+  size_t largest_free_block() const override;
 
   // Segments and blocks as they stand (address order), for snapshots.
-  std::vector<SegmentInfo> segments() const;
+  std::vector<SegmentInfo> segments() const override;
   // History under the allocator's lock (safe while other threads allocate).
   // enable_history(0) stops recording and drops the entries.
-  void enable_history(size_t max_entries, History::ContextProvider provider = nullptr);
-  std::vector<TraceEntry> history_entries() const;
+  void enable_history(size_t max_entries, History::ContextProvider provider = nullptr) override;
+  std::vector<TraceEntry> history_entries() const override;
   // Direct access, for single-threaded owners (the replayer) only.
   History& history() { return history_; }
 
@@ -137,10 +138,10 @@ class CachingAllocator final : public Allocator {
   // blocks tile each segment exactly; no two neighbouring blocks are both
   // free; pools hold exactly the free blocks; stats equal a recomputation;
   // no two live blocks overlap.
-  void check_invariants() const;
+  void check_invariants() const override;
 
-  const AllocatorConfig& config() const { return config_; }
-  Device& device() { return device_; }
+  const AllocatorConfig& config() const override { return config_; }
+  Device& device() override { return device_; }
 
  private:
   // One allocation request as it goes through the policy.
