@@ -253,6 +253,48 @@ def test_expandable_segments_begun_mid_run_replay_exactly(tmp_path, seed, empty_
             assert result.recorded_oom["reproduced"]
 
 
+@pytest.mark.parametrize("card_gib, cut", [(24, 0), (24, 1500), (40, 0), (141, 800)])
+def test_expandable_card_size_is_inferred_from_the_recorded_ranges(tmp_path, card_gib, cut):
+    """No OOM and no --capacity: the ranges' spacing tells the card, and the replay stays exact."""
+    full = record(random_workload(3, 3000, streams=2), "expandable_segments:True", capacity=card_gib * GiB)
+    snap = begin_mid_run(full, cut) if cut else full
+    path = write(tmp_path, snap)
+    result = sim.replay(path)
+    if card_gib < 80:
+        assert result.capacity_source == "expandable"
+        assert abs(result.capacity - card_gib * GiB) <= 20 * MiB
+    else:  # an 80 GiB card's ranges fit between these: the default stays
+        assert result.capacity_source == "default" and result.capacity == 80 * GiB
+    assert_exact(result, snap)
+    # The inference matters: an 80 GiB card's ranges (90 GiB each) cover the next recorded range.
+    if card_gib < 80:
+        assert not sim.replay(path, capacity="80GiB").exact
+
+
+def test_one_expandable_range_keeps_the_default_capacity(tmp_path):
+    small_only = [("alloc", i, 4096 * (i % 200 + 1), 0) for i in range(600)] + [("free", i) for i in range(0, 600, 3)]
+    snap = record(small_only, "expandable_segments:True", capacity=24 * GiB)
+    result = sim.replay(write(tmp_path, snap))
+    assert result.capacity_source == "default" and result.capacity == 80 * GiB
+    assert_exact(result, snap)
+
+
+def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(tmp_path):
+    """No OOM on a 141 GiB card: the default capacity grows to the recording's peak, not an OOM at 80 GiB."""
+    big = [("alloc", i, 10 * GiB, 0) for i in range(10)] + [("free", i) for i in range(10)]
+    snap = record(big + random_workload(4, 500), "", capacity=141 * GiB)
+    result = sim.replay(write(tmp_path, snap))
+    reserved = peak = 0
+    for e in snap["device_traces"][0]:
+        if e["action"] in ("segment_alloc", "segment_free"):
+            reserved += e["size"] if e["action"] == "segment_alloc" else -e["size"]
+            peak = max(peak, reserved)
+    assert peak > 100 * GiB
+    assert result.capacity_source == "default" and result.capacity == peak
+    assert result.completed and result.oom is None
+    assert_exact(result, snap)
+
+
 def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tmp_path):
     # Two mapped runs of one stream and pool, 100 GiB apart: no range of 9/8 of an 8 GiB card holds both.
     base = 1 << 44

@@ -17,6 +17,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from torchmem.replay.capacity import recorded_capacity
 from torchmem.replay.runner import as_trace, gib, normalize_conf, parse_capacity, replay
 from torchmem.traces import Trace
 
@@ -121,8 +122,8 @@ def advise(
 
     Args:
         trace: anything replay() reads.
-        capacity: the reference capacity (default: the snapshot's, from its
-            OOM; else 80 GiB).
+        capacity: the reference capacity (default: the snapshot's card as
+            replay() infers it: capacity.recorded_capacity()).
         device: which device of a snapshot.
         extra: more settings to try, each on top of the recorded one.
         combine: also try pairs of the `combine` best settings that need less
@@ -132,7 +133,7 @@ def advise(
     trace = as_trace(trace, device, skip_bad_events)
     recorded = trace.recorded
     if capacity is None:
-        capacity = recorded.capacity if recorded is not None and recorded.capacity else "80GiB"
+        capacity = recorded_capacity(recorded)[0]
     reference = parse_capacity(capacity)
     base = recorded.conf if recorded is not None and recorded.conf is not None else ""
     done = 0

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from torchmem import _C
+from torchmem.replay.capacity import recorded_capacity
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
 MAX_TIMELINE_POINTS = 4000
@@ -50,7 +51,8 @@ class ReplayResult:
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
     replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
-    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM) or "default"
+    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM),
+                                     # "expandable" (the recorded ranges' spacing, replay/capacity.py) or "default"
     conf_source: str = "given"       # "given", "recorded" (the snapshot's allocator_settings) or "default"
     start: Any = None                # StartState of a snapshot recorded mid-run
     recorded: Any = None             # RecordedRun: what the snapshot says (device, OOM, settings)
@@ -210,7 +212,10 @@ def replay(
         trace: a Trace, a path (snapshot pickle, JSON snapshot or JSON lines), or event dicts.
         capacity: device size in bytes or as "80GiB". Default: for a snapshot
             with an OOM, the memory the process could hold (reserved at the OOM
-            plus its device_free); else 80 GiB.
+            plus its device_free); for one with several expandable ranges, the
+            largest card whose ranges fit between the recorded ones
+            (replay/capacity.py); else 80 GiB, or the most the recording held
+            when that is more.
         conf: allocator config, e.g. "expandable_segments:True". Default: a
             snapshot's recorded allocator_settings, else PyTorch's defaults.
         device: which device of a snapshot (default: the one with an OOM,
@@ -228,10 +233,7 @@ def replay(
     recorded = trace.recorded
     capacity_source = "given"
     if capacity is None:
-        if recorded is not None and recorded.capacity is not None:
-            capacity, capacity_source = recorded.capacity, "oom"
-        else:
-            capacity, capacity_source = "80GiB", "default"
+        capacity, capacity_source = recorded_capacity(recorded)
     capacity = parse_capacity(capacity)
     conf_source = "given"
     if conf is None:
@@ -258,7 +260,9 @@ def replay(
     notes = list(trace.notes)
     if trace.start is not None:
         segments = list(trace.start.segments)
-        for r in trace.start.ranges:
+        # Highest first: a range too large for the recorded layout then overlaps a range already
+        # rebuilt above it, and only its own pages fall back to fixed segments.
+        for r in sorted(trace.start.ranges, key=lambda r: -r.base):
             try:
                 replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
             except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card

@@ -28,6 +28,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity
 from torchmem.replay.entries import int_field
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.traces import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
@@ -43,12 +44,14 @@ class RecordedRun:
     device: int
     devices: list[tuple[int, int]]           # (device index, trace entries) of every device with entries
     conf: str | None                         # allocator settings in the config grammar; None if not recorded
-    capacity: int | None                     # reserved + device_free at the OOM, when there is one
+    capacity: int | None                     # the card's memory, when the recording tells it (capacity_from)
     oom: dict | None                         # the first oom entry: index (event), entry, size, stream, device_free, reserved
     empty_cache_calls: int = 0
     entries: int = 0
     max_address: int = 0
     event_entries: Any = None                # numpy: the trace entry each replay event comes from
+    capacity_from: str | None = None         # "oom" (reserved + device_free at the OOM) or "expandable" (capacity.py)
+    peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
 
     def entry_of(self, event: int | None) -> int | None:
         """The trace entry of replay event `event`."""
@@ -135,6 +138,7 @@ class _Builder:
         self.segments_gone: set[int] = set()      # addresses of segments freed so far
         self.start_segments: dict[int, tuple[int, int]] = {}       # addr -> (size, stream), freed before being made
         self.reserved_delta = 0
+        self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
         self.oom: dict | None = None
@@ -235,6 +239,7 @@ class _Builder:
             self.segments[addr] = (size, i)
             self.segments_gone.discard(addr)
             self.reserved_delta += size
+            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
             self.cols.add(SEGMENT_ADDRESS, 0, size, stream, addr)
         elif action == "segment_free":
             if addr in self.segments:
@@ -251,6 +256,7 @@ class _Builder:
         elif action == "segment_map":
             self.maps.append((action, addr, size, stream))
             self.reserved_delta += size
+            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
             self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
         elif action == "segment_unmap":
             self.maps.append((action, addr, size, stream))
@@ -286,14 +292,23 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     start = rebuild_start_state(snapshot, b)
     conf = recorded_conf(snapshot.get("allocator_settings"))
     fix_block_sizes(start, conf or "", name, b)
-    capacity = None
+    capacity = capacity_from = None
     oom = None
     if b.oom is not None:
         oom = dict(b.oom)
         oom["reserved"] = start.reserved + oom.pop("reserved_delta")
-        capacity = oom["reserved"] + oom["device_free"]
+        capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
+    elif conf and "expandable_segments:True" in conf:
+        mapped = [(r.stream, r.is_small, r.base) for r in start.ranges]
+        mapped += [(stream, size % LARGE_PAGE != 0, addr) for action, addr, size, stream in b.maps if action == "segment_map"]
+        capacity = expandable_capacity(mapped, DEFAULT_CAPACITY)
+        if capacity is not None and capacity >= start.reserved + b.reserved_peak:
+            capacity_from = "expandable"
+        else:
+            capacity = None
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
-    recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom,
+    recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, capacity_from=capacity_from,
+                           peak_reserved=start.reserved + b.reserved_peak,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64))
     notes = []

@@ -1,0 +1,71 @@
+"""The card's capacity, as far as a snapshot without an OOM tells it.
+
+With expandable segments, PyTorch reserves for each stream and pool one
+address range of 9/8 of the card (rounded up to the pool's page: 2 MiB for
+the small pool, 20 MiB for the large one) and maps pages into it from its
+start. A replay offers each range its recorded address (Note [Recorded
+addresses]), so the simulated ranges must not be larger than the recorded
+ones: a range 9/8 of an 80 GiB default spans the next range recorded on a
+24 GiB card, which then lands elsewhere and every placement after differs.
+
+`expandable_capacity()` reads the lowest address mapped in each recorded
+range and gives the largest capacity whose ranges fit between them: on the
+usual layout, where the driver reserves the ranges one after the other,
+that is the card's memory to within a page.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+MiB = 1 << 20
+DEFAULT_CAPACITY = 80 << 30  # when nothing tells the card: an 80 GiB GPU
+SMALL_PAGE = 2 * MiB
+LARGE_PAGE = 20 * MiB
+
+
+def range_size(capacity: int, page: int) -> int:
+    """The address range PyTorch reserves for one expandable segment on a card of `capacity` bytes."""
+    reach = capacity + capacity // 8
+    return -(-reach // page) * page
+
+
+def largest_capacity_within(gap: int) -> int:
+    """The largest capacity (a multiple of 2 MiB) whose ranges of both pools are at most `gap` bytes."""
+    capacity = (gap * 8 // 9) // SMALL_PAGE * SMALL_PAGE
+    while capacity > 0 and max(range_size(capacity, SMALL_PAGE), range_size(capacity, LARGE_PAGE)) > gap:
+        capacity -= SMALL_PAGE
+    return capacity
+
+
+def expandable_capacity(mapped: Iterable[tuple[int, int, bool]], default: int) -> int | None:
+    """A capacity for replaying expandable ranges at their recorded addresses, or None to keep `default`.
+
+    `mapped`: (stream, is_small, address) of every page run the recording
+    shows mapped (trace maps, final segments, the rebuilt start). None when
+    the ranges are fewer than two or `default`'s ranges already fit between them.
+    """
+    lowest: dict[tuple[int, bool], int] = {}
+    for stream, is_small, addr in mapped:
+        key = (stream, is_small)
+        lowest[key] = min(addr, lowest.get(key, addr))
+    bases = sorted(set(lowest.values()))
+    if len(bases) < 2:
+        return None
+    gap = min(b - a for a, b in zip(bases, bases[1:]))
+    if max(range_size(default, SMALL_PAGE), range_size(default, LARGE_PAGE)) <= gap:
+        return None
+    capacity = largest_capacity_within(gap)
+    return capacity or None
+
+
+def recorded_capacity(recorded: Any) -> tuple[int, str]:
+    """The capacity to replay a recording on when none is given, and where it comes from.
+
+    `recorded` is a trace's RecordedRun (or None): its capacity when the
+    recording tells it ("oom", "expandable"), else 80 GiB or the most the
+    recording held, whichever is more ("default").
+    """
+    if recorded is not None and recorded.capacity is not None:
+        return recorded.capacity, recorded.capacity_from or "oom"
+    peak = recorded.peak_reserved if recorded is not None else 0
+    return max(DEFAULT_CAPACITY, -(-peak // SMALL_PAGE) * SMALL_PAGE), "default"
