@@ -295,6 +295,19 @@ def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(tmp_path):
     assert_exact(result, snap)
 
 
+@pytest.mark.parametrize("conf", ["max_split_size_mb:64,max_non_split_rounding_mb:128",
+                                  "large_segment_size_mb:64", "expandable_segments:True,large_segment_size_mb:64"])
+def test_settings_without_a_field_come_from_the_recorded_conf_string(tmp_path, conf):
+    """allocator_settings has no field for these keys: its PYTORCH_CUDA_ALLOC_CONF string gives them."""
+    snap = record(random_workload(5, 3000, large=0.6), conf, capacity=8 * GiB)
+    result = sim.replay(write(tmp_path, snap), capacity="8GiB")
+    assert sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    assert_exact(result, snap)
+    # They matter: without them the same trace is placed elsewhere.
+    dropped = dict(snap, allocator_settings=dict(snap["allocator_settings"], PYTORCH_CUDA_ALLOC_CONF=""))
+    assert not sim.replay(write(tmp_path, dropped, "dropped.pickle"), capacity="8GiB").exact
+
+
 def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tmp_path):
     # Two mapped runs of one stream and pool, 100 GiB apart: no range of 9/8 of an 8 GiB card holds both.
     base = 1 << 44

@@ -60,8 +60,19 @@ class RecordedRun:
         return int(self.event_entries[event])
 
 
+# Settings that change the allocator's decisions but have no field of their own in
+# ``allocator_settings``: read from its PYTORCH_CUDA_ALLOC_CONF string.
+CONF_ONLY_KEYS = ("max_non_split_rounding_mb", "large_segment_size_mb", "per_process_memory_fraction")
+
+
 def recorded_conf(settings: Any) -> str | None:
-    """The snapshot's ``allocator_settings`` in the config grammar ("" = defaults), None if absent."""
+    """The snapshot's ``allocator_settings`` in the config grammar ("" = defaults), None if absent.
+
+    The fields (``expandable_segments``, ``max_split_size``, ...) give the
+    settings in force when the snapshot was taken; the keys of
+    CONF_ONLY_KEYS come from the recorded PYTORCH_CUDA_ALLOC_CONF string,
+    each kept only when torchmem's parser accepts it.
+    """
     if not isinstance(settings, dict):
         return None
     items = []
@@ -79,7 +90,26 @@ def recorded_conf(settings: Any) -> str | None:
         values = {v for _, v in pairs}
         items.append(f"roundup_power2_divisions:{values.pop()}" if len(values) == 1
                      else "roundup_power2_divisions:[" + ",".join(f"{k}:{v}" for k, v in pairs) + "]")
+    items += _conf_only_items(settings.get("PYTORCH_CUDA_ALLOC_CONF"))
     return ",".join(items)
+
+
+def _conf_only_items(conf: Any) -> list[str]:
+    from torchmem import _C
+
+    if not isinstance(conf, str):
+        return []
+    out = []
+    for item in conf.split(","):
+        key, _, value = item.partition(":")
+        key, value = key.strip(), value.strip()
+        if key in CONF_ONLY_KEYS and not any(o.startswith(key + ":") for o in out):
+            try:
+                _C.parse_config(f"{key}:{value}")
+            except ValueError:
+                continue
+            out.append(f"{key}:{value}")
+    return out
 
 
 def choose_device(traces: list) -> int:
