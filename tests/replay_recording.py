@@ -35,10 +35,13 @@ def pytorch_settings(conf: str) -> dict:
     }
 
 
-def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, device: int = 0) -> dict:
+def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, device: int = 0,
+           catch_oom: bool = False) -> dict:
     """Run (op, ...) tuples: ("alloc", id, size, stream), ("free", id), ("empty_cache",).
 
-    Stops at the first out-of-memory, as a job that crashes there.
+    Stops at the first out-of-memory, as a job that crashes there; with
+    catch_oom, goes on (frees of refused ids are skipped), as a job that
+    catches the error.
     """
     allocator = _C.CachingAllocator(_C.SimDevice(capacity), conf)
     allocator.enable_history(1 << 22)
@@ -48,9 +51,11 @@ def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, devic
             try:
                 ptrs[op[1]] = allocator.allocate(op[2], op[3])
             except torch.OutOfMemoryError:
-                break
+                if not catch_oom:
+                    break
         elif op[0] == "free":
-            allocator.deallocate(ptrs.pop(op[1]))
+            if op[1] in ptrs or not catch_oom:
+                allocator.deallocate(ptrs.pop(op[1]))
         elif op[0] == "empty_cache":
             allocator.empty_cache()
     allocator.check_invariants()

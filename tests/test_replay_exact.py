@@ -91,6 +91,27 @@ def test_oom_is_reproduced_with_the_inferred_capacity(tmp_path):
     assert not bigger.recorded_oom["reproduced"]
 
 
+@pytest.mark.parametrize("cut", [0, 1200])
+def test_a_program_that_catches_its_ooms_is_replayed_past_each(tmp_path, cut):
+    """Every OOM the program survived is reproduced at its entry, and the trace goes on after it."""
+    full = record(random_workload(11, 4000, large=0.5), "", capacity=1 * GiB, catch_oom=True)
+    snap = begin_mid_run(full, cut) if cut else full
+    entries = snap["device_traces"][0]
+    oom_entries = [i for i, e in enumerate(entries) if e["action"] == "oom"]
+    assert len(oom_entries) > 50
+    result = sim.replay(write(tmp_path, snap))
+    assert_exact(result, snap)
+    assert [o["entry"] for o in result.recorded_ooms] == oom_entries
+    assert all(o["reproduced"] for o in result.recorded_ooms)
+    # It stops at the last OOM only if no request follows it; every allocation before is compared.
+    asked_again = any(e["action"] == "alloc" for e in entries[oom_entries[-1]:])
+    assert result.completed == asked_again
+    assert result.fidelity["placements_matched"] == sum(e["action"] == "alloc" for e in entries[: None if asked_again else oom_entries[-1]])
+    # Under other settings the replay stops at the first OOM, as before.
+    other = sim.replay(write(tmp_path, snap), conf="max_split_size_mb:64")
+    assert not other.completed and other.survived_ooms == []
+
+
 def test_empty_cache_calls_are_replayed(tmp_path):
     work = random_workload(5, 2000, empty_cache_every=300)
     snap = record(work, "")

@@ -109,6 +109,12 @@ void bind_replay(py::module_& m) {
       .def_property_readonly("oom", [](const Replayer& r) -> py::object {
         return r.oom() ? py::object(oom_to_dict(*r.oom())) : py::none();
       })
+      .def_property_readonly("recorded_ooms",
+                             [](const Replayer& r) {
+                               py::list out;
+                               for (const ReplayOom& oom : r.recorded_ooms()) out.append(oom_to_dict(oom));
+                               return out;
+                             })
       .def("timeline",
            [](const Replayer& r) {
              const auto& t = r.timeline();

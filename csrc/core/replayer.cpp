@@ -75,7 +75,8 @@ void Replayer::settle_offers() {
   fidelity_.segments_missed += device_->take_unused_offers();
 }
 
-void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, bool failed_on_gpu) {
+void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op) {
+  const bool failed_on_gpu = op != ReplayOp::kAlloc;
   const size_t taken_before = device_->offers_taken();
   void* ptr = nullptr;
   try {
@@ -83,7 +84,12 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   } catch (const OutOfMemory& e) {
     fidelity_.segments_followed += device_->offers_taken() - taken_before;
     settle_offers();
-    oom_ = std::make_unique<ReplayOom>(ReplayOom{events_, e.info(), e.what(), failed_on_gpu});
+    ReplayOom oom{events_, e.info(), e.what(), failed_on_gpu};
+    if (op == ReplayOp::kSurvivedFailedAlloc && follow_recording_) {
+      recorded_ooms_.push_back(std::move(oom));
+    } else {
+      oom_ = std::make_unique<ReplayOom>(std::move(oom));
+    }
     return;
   }
   fidelity_.segments_followed += device_->offers_taken() - taken_before;
@@ -110,14 +116,15 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
     const uint64_t id = ids[i];
     switch (static_cast<ReplayOp>(ops[i])) {
       case ReplayOp::kAlloc:
-      case ReplayOp::kFailedAlloc: {
-        const bool failed_on_gpu = ops[i] == static_cast<uint8_t>(ReplayOp::kFailedAlloc);
-        if (!failed_on_gpu && live_.count(id)) {
+      case ReplayOp::kFailedAlloc:
+      case ReplayOp::kSurvivedFailedAlloc: {
+        const auto op = static_cast<ReplayOp>(ops[i]);
+        if (op == ReplayOp::kAlloc && live_.count(id)) {
           if (!skip_bad_events_) bad_event("alloc of id " + std::to_string(id) + ", which is already live");
           ++skipped_;
           continue;
         }
-        allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, failed_on_gpu);
+        allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, op);
         if (oom_) return i;
         break;
       }

@@ -16,6 +16,10 @@
 //                   OOM here reproduces it; if it succeeds it is freed at once
 //   kReleaseSegment the recording released the cached segment (or unmapped
 //                   the free pages) at `addr`, of `size` bytes
+//   kSurvivedFailedAlloc  a kFailedAlloc after which the program went on
+//                   allocating (it caught the OOM): following the recording,
+//                   an OOM here is listed and the replay goes on; otherwise
+//                   as kFailedAlloc
 // A replay that follows the recording (follow_recording) offers segment
 // addresses, compares placements and makes each recorded release, and
 // ignores kEmptyCache (its releases are in the trace). One that does not
@@ -28,6 +32,8 @@
 // Contract:
 // - run() stops at the first out-of-memory and records it; later calls do
 //   nothing. Returns the number of events consumed from this chunk.
+//   Exception: a replay that follows the recording goes on after an OOM at
+//   a kSurvivedFailedAlloc, listing it in recorded_ooms().
 // - A free of an unknown id, or an alloc of a live id, throws
 //   std::invalid_argument naming the event index, unless skip_bad_events is
 //   set, in which case the event is skipped and counted.
@@ -55,6 +61,7 @@ enum class ReplayOp : uint8_t {
   kSegmentAddress = 3,
   kFailedAlloc = 4,
   kReleaseSegment = 5,
+  kSurvivedFailedAlloc = 6,
 };
 
 struct ReplayOom {
@@ -103,6 +110,8 @@ class Replayer {
 
   bool stopped() const { return oom_ != nullptr; }
   const ReplayOom* oom() const { return oom_.get(); }
+  // Following the recording: the OOMs met at kSurvivedFailedAlloc and gone past, in order.
+  const std::vector<ReplayOom>& recorded_ooms() const { return recorded_ooms_; }
   uint64_t events() const { return events_; }
   uint64_t skipped() const { return skipped_; }
   const ReplayFidelity& fidelity() const { return fidelity_; }
@@ -112,7 +121,7 @@ class Replayer {
 
  private:
   void sample(int64_t allocated, int64_t reserved);
-  void allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, bool failed_on_gpu);
+  void allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op);
   void settle_offers();
   [[noreturn]] void bad_event(const std::string& what) const;
 
@@ -123,6 +132,7 @@ class Replayer {
                                      PoolAllocator<std::pair<const uint64_t, void*>>>;
   LiveMap live_{1024, std::hash<uint64_t>{}, std::equal_to<uint64_t>{}, PoolAllocator<std::pair<const uint64_t, void*>>(&nodes_)};
   std::unique_ptr<ReplayOom> oom_;
+  std::vector<ReplayOom> recorded_ooms_;
   std::vector<TimelinePoint> timeline_;
   ReplayFidelity fidelity_;
   uint64_t sample_every_;

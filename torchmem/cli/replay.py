@@ -73,6 +73,13 @@ def describe(result, trace, path: str) -> str:
             lines.append(f"  The recorded OOM ({gib(oom['size'])} with {gib(oom['reserved'])} reserved) does not happen here.")
         else:
             lines.append(f"  The recorded OOM ({gib(oom['size'])}) is not reproduced as recorded.")
+        ooms = result.recorded_ooms
+        if len(ooms) > 1 and result.follows_recording:
+            reproduced = sum(o["reproduced"] for o in ooms)
+            lines.append(f"  The recording ran out of memory {len(ooms):,} times and asked for memory again after "
+                         f"{len(ooms) - 1:,} of them (the program caught the error); "
+                         f"{'all' if reproduced == len(ooms) else f'{reproduced:,}'} reproduced at their trace entries "
+                         "with the native reserved bytes.")
     for note in result.notes:
         lines.append(f"  Note: {note}.")
     return "\n".join(lines)

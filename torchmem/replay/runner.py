@@ -57,6 +57,7 @@ class ReplayResult:
     start: Any = None                # StartState of a snapshot recorded mid-run
     recorded: Any = None             # RecordedRun: what the snapshot says (device, OOM, settings)
     fidelity: dict | None = None     # placements and segments matched, for a replay that follows a recording
+    survived_ooms: list = field(default_factory=list)  # the recording's OOMs the replay met and went past, as the program did
 
     @property
     def follows_recording(self) -> bool:
@@ -70,17 +71,31 @@ class ReplayResult:
         return bool(f) and f["placements_differed"] == 0 and f["segments_missed"] == 0
 
     @property
-    def recorded_oom(self) -> dict | None:
-        """The recording's OOM and whether the replay reproduced it (request and reserved bytes)."""
-        if self.recorded is None or self.recorded.oom is None:
-            return None
-        native = self.recorded.oom
-        out = {"size": native["size"], "reserved": native["reserved"], "device_free": native["device_free"],
-               "entry": native["entry"], "reproduced": False, "replay_reserved": None}
-        if self.oom and self.oom.get("recorded"):
-            out["replay_reserved"] = self.oom["reserved"]
-            out["reproduced"] = self.oom["size"] == native["size"] and self.oom["reserved"] == native["reserved"]
+    def recorded_ooms(self) -> list[dict]:
+        """Each of the recording's OOMs, in order, and whether the replay reproduced it.
+
+        Reproduced: the replay refused the same request at the same trace
+        entry with the native reserved bytes. A replay that follows the
+        recording goes past the OOMs the program survived (it allocated
+        again after them) and stops at the last one it did not.
+        """
+        if self.recorded is None:
+            return []
+        met = list(self.survived_ooms) + ([self.oom] if self.oom and self.oom.get("recorded") else [])
+        by_entry = {o.get("entry"): o for o in met}
+        out = []
+        for native in self.recorded.ooms:
+            o = by_entry.get(native["entry"])
+            out.append({"size": native["size"], "reserved": native["reserved"], "device_free": native["device_free"],
+                        "entry": native["entry"], "replay_reserved": o["reserved"] if o else None,
+                        "reproduced": o is not None and o["size"] == native["size"] and o["reserved"] == native["reserved"]})
         return out
+
+    @property
+    def recorded_oom(self) -> dict | None:
+        """The recording's first OOM and whether the replay reproduced it (see recorded_ooms)."""
+        ooms = self.recorded_ooms
+        return ooms[0] if ooms else None
 
     def to_json(self) -> dict:
         oom = None
@@ -109,6 +124,7 @@ class ReplayResult:
                 "live_blocks": self.start.live_blocks,
                 "reserved": self.start.reserved, "requested": self.start.requested},
             "recorded_oom": self.recorded_oom,
+            "recorded_ooms": self.recorded_ooms,
             "fidelity": self.fidelity,
             "exact": self.exact,
         }
@@ -295,9 +311,10 @@ def replay(
     stats = replayer.stats()
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
+    survived = replayer.recorded_ooms
     if recorded is not None:
-        if oom is not None:
-            oom["entry"] = recorded.entry_of(oom["index"])
+        for o in survived + ([oom] if oom is not None else []):
+            o["entry"] = recorded.entry_of(o["index"])
         if fidelity is not None:
             fidelity["first_difference_entry"] = recorded.entry_of(fidelity["first_difference"])
     timeline = _downsample(replayer.timeline(), MAX_TIMELINE_POINTS)
@@ -322,6 +339,7 @@ def replay(
         start=trace.start,
         recorded=recorded,
         fidelity=fidelity,
+        survived_ooms=survived,
     )
     return result
 

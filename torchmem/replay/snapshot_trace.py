@@ -23,7 +23,7 @@ no ``free_completed``), as blocks become reusable only then.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import numpy as np
@@ -34,7 +34,7 @@ from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.traces import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
 # Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
-EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT = 2, 3, 4, 5
+EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = 2, 3, 4, 5, 6
 
 
 @dataclass
@@ -46,6 +46,7 @@ class RecordedRun:
     conf: str | None                         # allocator settings in the config grammar; None if not recorded
     capacity: int | None                     # the card's memory, when the recording tells it (capacity_from)
     oom: dict | None                         # the first oom entry: index (event), entry, size, stream, device_free, reserved
+    ooms: list[dict] = field(default_factory=list)  # every oom entry, the same fields
     empty_cache_calls: int = 0
     entries: int = 0
     max_address: int = 0
@@ -171,7 +172,9 @@ class _Builder:
         self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
-        self.oom: dict | None = None
+        self.oom: dict | None = None  # the first oom entry
+        self.ooms: list[dict] = []    # every oom entry
+        self.unsurvived: list[int] = []  # positions of FAILED_ALLOC ops with no alloc after them yet
         self.empty_cache_calls = 0
         self.bad = 0
         self.max_address = 0
@@ -185,6 +188,12 @@ class _Builder:
         if not self.skip:
             raise TraceError(f"{self.where(i)}: {what}")
         self.bad += 1
+
+    def mark_survived(self) -> None:
+        """The program asks for memory again: it caught the OOMs before and went on."""
+        for position in self.unsurvived:
+            self.cols.ops[position] = SURVIVED_FAILED_ALLOC
+        self.unsurvived.clear()
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -237,9 +246,11 @@ class _Builder:
             if "device_free" not in entry:
                 raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
             device_free = int_field(entry, "device_free", where)
-            if self.oom is None:
-                self.oom = {"index": len(self.cols.ops), "entry": i, "size": size, "stream": stream,
-                            "device_free": device_free, "reserved_delta": self.reserved_delta}
+            self.ooms.append({"index": len(self.cols.ops), "entry": i, "size": size, "stream": stream,
+                              "device_free": device_free, "reserved_delta": self.reserved_delta})
+            self.oom = self.oom or self.ooms[-1]
+            self.mark_survived()
+            self.unsurvived.append(len(self.cols.ops))
             self.cols.add(FAILED_ALLOC, 0, size, stream)
             return
         addr = int_field(entry, "addr", where)
@@ -253,6 +264,7 @@ class _Builder:
             self.live[addr] = id_
             self.seen.add(addr)
             self.allocs.append((addr, i))
+            self.mark_survived()
             self.cols.add(ALLOC, id_, size, stream, addr)
         elif action == free_action:
             id_ = self.live.pop(addr, None)
@@ -324,9 +336,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     fix_block_sizes(start, conf or "", name, b)
     capacity = capacity_from = None
     oom = None
-    if b.oom is not None:
-        oom = dict(b.oom)
-        oom["reserved"] = start.reserved + oom.pop("reserved_delta")
+    ooms = [dict(o, reserved=start.reserved + o["reserved_delta"]) for o in b.ooms]
+    for o in ooms:
+        del o["reserved_delta"]
+    if ooms:
+        oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
     elif conf and "expandable_segments:True" in conf:
         mapped = [(r.stream, r.is_small, r.base) for r in start.ranges]
@@ -337,7 +351,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         else:
             capacity = None
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
-    recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, capacity_from=capacity_from,
+    recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
+                           capacity_from=capacity_from,
                            peak_reserved=start.reserved + b.reserved_peak,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64))
