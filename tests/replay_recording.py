@@ -36,7 +36,7 @@ def pytorch_settings(conf: str) -> dict:
 
 
 def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, device: int = 0,
-           catch_oom: bool = False) -> dict:
+           catch_oom: bool = False, fraction: float = 1.0) -> dict:
     """Run (op, ...) tuples: ("alloc", id, size, stream), ("free", id), ("empty_cache",).
 
     Stops at the first out-of-memory, as a job that crashes there; with
@@ -45,6 +45,8 @@ def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, devic
     """
     allocator = _C.CachingAllocator(_C.SimDevice(capacity), conf)
     allocator.enable_history(1 << 22)
+    if fraction < 1.0:
+        allocator.set_memory_fraction(fraction)
     ptrs: dict[int, int] = {}
     for op in workload:
         if op[0] == "alloc":

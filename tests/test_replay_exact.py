@@ -112,6 +112,24 @@ def test_a_program_that_catches_its_ooms_is_replayed_past_each(tmp_path, cut):
     assert not other.completed and other.survived_ooms == []
 
 
+@pytest.mark.parametrize("cut", [0, 900])
+def test_an_oom_under_a_memory_fraction_is_reproduced(tmp_path, cut):
+    """The GPU had room (device_free) but a memory fraction refused: the capacity is the most that still refuses."""
+    full = record(random_workload(3, 4000, large=0.5), "", capacity=8 * GiB, fraction=0.3)
+    snap = begin_mid_run(full, cut) if cut else full
+    oom_entry = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
+    assert oom_entry["device_free"] > 4 * GiB  # the card had room
+    result = sim.replay(write(tmp_path, snap))
+    assert result.capacity_source == "oom_limit"
+    # The most that refuses the request: at least the fraction's limit, below reserved + the segment refused.
+    assert int(0.3 * 8 * GiB) // (2 * MiB) * (2 * MiB) <= result.capacity < result.recorded_oom["reserved"] + 200 * MiB
+    assert_exact(result, snap)
+    assert result.recorded_oom["reproduced"]
+    # reserved + device_free, the GPU's own limit, would not reproduce it.
+    roomy = sim.replay(write(tmp_path, snap), capacity=result.recorded_oom["reserved"] + oom_entry["device_free"])
+    assert not roomy.recorded_oom["reproduced"]
+
+
 def test_empty_cache_calls_are_replayed(tmp_path):
     work = random_workload(5, 2000, empty_cache_every=300)
     snap = record(work, "")

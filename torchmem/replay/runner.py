@@ -51,7 +51,8 @@ class ReplayResult:
     skipped: int = 0
     notes: list[str] = field(default_factory=list)
     replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
-    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM),
+    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM), "oom_limit"
+                                     # (the OOM had room on the GPU: a memory fraction, replay/capacity.py),
                                      # "expandable" (the recorded ranges' spacing, replay/capacity.py) or "default"
     conf_source: str = "given"       # "given", "recorded" (the snapshot's allocator_settings) or "default"
     start: Any = None                # StartState of a snapshot recorded mid-run

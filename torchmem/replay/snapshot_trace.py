@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity
+from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, limited_capacity
 from torchmem.replay.entries import int_field
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.traces import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
@@ -93,6 +93,15 @@ def recorded_conf(settings: Any) -> str | None:
                      else "roundup_power2_divisions:[" + ",".join(f"{k}:{v}" for k, v in pairs) + "]")
     items += _conf_only_items(settings.get("PYTORCH_CUDA_ALLOC_CONF"))
     return ",".join(items)
+
+
+def large_segment_size(conf: str) -> int:
+    """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB)."""
+    for item in conf.split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "large_segment_size_mb" and value.strip().isdigit():
+            return int(value) << 20
+    return LARGE_PAGE
 
 
 def _conf_only_items(conf: Any) -> list[str]:
@@ -342,6 +351,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     if ooms:
         oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
+        if "expandable_segments:True" not in (conf or ""):
+            limit = limited_capacity(oom["reserved"], oom["device_free"], oom["size"], start.reserved + b.reserved_peak,
+                                     large_segment_size(conf or ""))
+            if limit is not None:
+                capacity, capacity_from = limit, "oom_limit"
     elif conf and "expandable_segments:True" in conf:
         mapped = [(r.stream, r.is_small, r.base) for r in start.ranges]
         mapped += [(stream, size % LARGE_PAGE != 0, addr) for action, addr, size, stream in b.maps if action == "segment_map"]
