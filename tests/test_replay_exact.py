@@ -7,6 +7,8 @@ final segments. tests/test_native_fixtures.py does the same against
 decisions PyTorch's allocator made on real GPUs.
 """
 import pickle
+import subprocess
+import sys
 
 import pytest
 
@@ -360,3 +362,19 @@ def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tm
     assert any("rebuilt as fixed segments" in n for n in result.notes)
     assert result.start.reserved == 40 * MiB and result.stats["allocated_bytes"]["all"]["current"] == 8 * MiB
     result.replayer.check_invariants()
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
+def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
+    """torch.cuda.memory_snapshot() without _record_memory_history(): segments only, no trace."""
+    full = record(random_workload(3, 3000, streams=2), conf, capacity=24 * GiB)
+    snap = dict(full, device_traces=[[]])
+    path = write(tmp_path, snap)
+    result = sim.replay(path)
+    assert result.completed and result.events == 0
+    live = sum(b["size"] for s in full["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    assert result.stats["allocated_bytes"]["all"]["current"] == live
+    assert segment_layout(snapshot_from_replay(result)["segments"]) == segment_layout(full["segments"])
+    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", path], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "The snapshot has no trace" in proc.stdout

@@ -55,7 +55,10 @@ def describe(result, trace, path: str) -> str:
                     "default": "PyTorch's defaults" + (" (the snapshot does not record its settings)" if rec else "")}
     lines.append(f"  Settings {result.conf or '(defaults)'}: {conf_sources[result.conf_source]}.")
     f = result.fidelity
-    if f is not None:
+    if rec is not None and rec.entries == 0:
+        lines.append("  The snapshot has no trace, only its final segments: record with "
+                     "torch.cuda.memory._record_memory_history() before dumping to replay what happened.")
+    elif f is not None:
         total = f["placements_matched"] + f["placements_differed"]
         if result.exact:
             lines.append(f"  Followed the recording exactly: all {total:,} allocations at their recorded addresses, "
