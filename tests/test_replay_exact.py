@@ -378,3 +378,13 @@ def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
     proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", path], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "The snapshot has no trace" in proc.stdout
+
+
+def test_segments_of_private_pools_are_named_in_the_notes(tmp_path):
+    snap = record(random_workload(3, 600), "", capacity=4 * GiB)
+    for seg in snap["segments"]:
+        seg["segment_pool_id"] = (0, 0)
+    assert not any("private pools" in n for n in sim.replay(write(tmp_path, snap)).notes)
+    snap["segments"][0]["segment_pool_id"] = (1, 0)
+    result = sim.replay(write(tmp_path, snap, "pooled.pickle"))
+    assert any(n.startswith("1 of the final segments belong to private pools") for n in result.notes)

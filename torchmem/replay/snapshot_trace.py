@@ -95,6 +95,14 @@ def recorded_conf(settings: Any) -> str | None:
     return ",".join(items)
 
 
+def private_pool_segments(segments: Any) -> int:
+    """How many segments a private pool owns (a segment_pool_id other than (0, 0))."""
+    if not isinstance(segments, list):
+        return 0
+    return sum(1 for seg in segments if isinstance(seg, dict) and isinstance(seg.get("segment_pool_id"), (tuple, list))
+               and any(seg["segment_pool_id"]))
+
+
 def large_segment_size(conf: str) -> int:
     """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB)."""
     for item in conf.split(","):
@@ -371,6 +379,10 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64))
     notes = []
+    pooled = private_pool_segments(snapshot.get("segments"))
+    if pooled:
+        notes.append(f"{pooled} of the final segments belong to private pools (CUDA graphs or torch.cuda.MemPool, "
+                     "segment_pool_id): they are replayed as the default pool, so placements in them may differ")
     if b.bad:
         notes.append(f"skipped {b.bad} bad trace entries")
     notes += start.notes
