@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -85,7 +86,7 @@ def _text(output) -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
-def that(text: str, predicate):
+def that(text: str, predicate: Callable[[Any], bool]) -> Callable[[Any], bool]:
     """An expectation run_noted's checks test with `predicate`, reported as `text`."""
     predicate.__doc__ = text
     return predicate
