@@ -4,15 +4,20 @@ Workloads, each run in its own interpreter per allocator (PyTorch allows one
 allocator swap per process):
   empty_del  torch.empty / del over mixed sizes (512 B .. 64 MiB, a window of
              live tensors), the allocator's own cost;
-  gpt2       a GPT-2-sized (124M) training step in bf16 autocast with a
-             different sequence length each step, the case that fragments.
-Each run reports step time (median), peak allocated and peak reserved; the
-summary gives torchmem / native ratios. The native allocator's history on
-the same workloads is recorded with torch.cuda.memory._record_memory_history
-and dumped (_dump_snapshot) next to the results, for replaying through
-torchmem's simulator later.
+  gpt2       a GPT-2-sized (124M: 12 layers, hidden 768) training step in
+             bf16 autocast, batch 8, with a different sequence length each
+             step (128 .. 1024), the case that fragments; built from torch.nn.
+Native and torchmem runs alternate, --rounds times (default 2), each in a
+fresh interpreter. Each run reports step time (median), peak allocated and
+peak reserved; the summary gives the median over rounds, the torchmem /
+native step-time ratio and each round's ratio. The native allocator's history
+on the same workloads (--record-steps steps) is recorded with
+torch.cuda.memory._record_memory_history, dumped (_dump_snapshot) next to the
+results and replayed exactly through torchmem's simulator (`torchmem replay`'s
+engine): every allocation at its native address, the final segments block by
+block. --budget stops starting runs that would not end in time.
 
-    python benchmarks/bench_cuda.py --out out/bench_cuda        # all, about 2-3 minutes on an H200
+    python benchmarks/bench_cuda.py --out out/bench_cuda        # all, about 2 minutes on an H200
     python benchmarks/bench_cuda.py --child gpt2 native --json r.json   # one run
 """
 from __future__ import annotations
@@ -112,7 +117,7 @@ def gpt2(torch, steps: int = 30, batch: int = 8, seed: int = 0):
         yield
 
 
-def run_child(workload: str, allocator: str, record: str | None, warmup: int) -> dict:
+def run_child(workload: str, allocator: str, record: str | None, warmup: int, steps: int | None = None) -> dict:
     note = ""
     if allocator == "torchmem":
         import torchmem
@@ -126,7 +131,7 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
 
     if record:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
-    steps = {"empty_del": empty_del, "gpt2": gpt2}[workload](torch)
+    steps = {"empty_del": empty_del, "gpt2": gpt2}[workload](torch, **({"steps": steps} if steps else {}))
     times = []
     for i, _ in enumerate(iter(lambda: None, 0)):
         torch.cuda.synchronize()
@@ -168,22 +173,28 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int) ->
 # ---------------------------------------------------------------- driver
 
 
-def spawn(workload: str, allocator: str, out: str, record: bool, timeout: int) -> dict:
-    path = os.path.join(out, f"{workload}_{allocator}{'_history' if record else ''}.json")
+def spawn(workload: str, allocator: str, out: str, record: bool, timeout: int, tag: str = "",
+          steps: int | None = None) -> dict:
+    name = f"{workload}_{allocator}{'_history' if record else ''}{tag}"
+    path = os.path.join(out, f"{name}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, allocator, "--json", path]
     if record:
         cmd += ["--record", os.path.join(out, f"{workload}_{allocator}_snapshot.pickle")]
+    if steps:
+        cmd += ["--steps", str(steps)]
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return {"workload": workload, "allocator": allocator, "error": f"timed out after {timeout} s"}
-    with open(os.path.join(out, f"{workload}_{allocator}{'_history' if record else ''}.log"), "w") as f:
+        return {"workload": workload, "allocator": allocator, "error": f"timed out after {timeout} s",
+                "wall_s": time.perf_counter() - t0}
+    with open(os.path.join(out, f"{name}.log"), "w") as f:
         f.write(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        return {"workload": workload, "allocator": allocator, "error": proc.stderr[-1500:]}
+        return {"workload": workload, "allocator": allocator, "error": proc.stderr[-1500:],
+                "wall_s": time.perf_counter() - t0}
     with open(path) as f:
         result = json.load(f)
     result["wall_s"] = time.perf_counter() - t0
@@ -271,26 +282,57 @@ def mib(n) -> str:
 
 
 def summarise(results: list[dict]) -> str:
+    """One row per workload and allocator: medians over the rounds, the ratio of the
+    medians, each round's ratio (runs alternate, native first), peaks."""
     lines = [
-        "| workload | allocator | step ms (median) | ratio vs native | peak allocated MiB | peak reserved MiB | device allocs |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| workload | allocator | runs | step ms (median) | ratio vs native | ratio per round | peak allocated MiB | peak reserved MiB | device allocs |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
-    by_key = {(r["workload"], r["allocator"]): r for r in results}
-    for w in WORKLOADS:
-        native = by_key.get((w, "native"), {})
+    for w in dict.fromkeys(r["workload"] for r in results):
+        runs = {a: [r for r in results if r["workload"] == w and r["allocator"] == a] for a in ALLOCATORS}
+        ok = {a: [r for r in rs if "error" not in r] for a, rs in runs.items()}
+        median = {a: statistics.median(r["step_ms_median"] for r in rs) for a, rs in ok.items() if rs}
         for a in ALLOCATORS:
-            r = by_key.get((w, a))
-            if r is None:
+            failed = [r for r in runs[a] if "error" in r]
+            if not ok[a]:
+                if failed:
+                    last = failed[-1]["error"].strip().splitlines()
+                    lines.append(f"| {w} | {a} | {len(runs[a])} | failed: {last[-1][:200] if last else '?'} | | | | | |")
                 continue
-            if "error" in r:
-                lines.append(f"| {w} | {a} | failed: {r['error'].strip().splitlines()[-1] if r['error'].strip() else '?'} | | | | |")
-                continue
-            ratio = r["step_ms_median"] / native["step_ms_median"] if "step_ms_median" in native else float("nan")
+            ratio = median[a] / median["native"] if "native" in median else float("nan")
+            native_by_round = {r.get("round"): r for r in ok["native"]}
+            per_round = [t["step_ms_median"] / native_by_round[t.get("round")]["step_ms_median"]
+                         for t in ok["torchmem"] if t.get("round") in native_by_round]
+            last = ok[a][-1]
             lines.append(
-                f"| {w} | {a} | {r['step_ms_median']:.3f} | {ratio:.3f} | {mib(r['peak_allocated'])} | "
-                f"{mib(r['peak_reserved'])} | {r['num_device_alloc']} |"
+                f"| {w} | {a} | {len(ok[a])}{f' ({len(failed)} failed)' if failed else ''} | {median[a]:.3f} | "
+                f"{ratio:.3f} | {', '.join(f'{x:.3f}' for x in per_round) if a == 'torchmem' else ''} | "
+                f"{mib(max(r['peak_allocated'] for r in ok[a]))} | {mib(max(r['peak_reserved'] for r in ok[a]))} | "
+                f"{last['num_device_alloc']} |"
             )
     return "\n".join(lines)
+
+
+class Budget:
+    """Seconds left for the runs; a run starts only when its expected time (the
+    longest earlier run of its workload, else `first_guess`) fits."""
+
+    def __init__(self, seconds: float | None, first_guess: float):
+        self.end = None if seconds is None else time.perf_counter() + seconds
+        self.first_guess = first_guess
+        self.took: dict[str, float] = {}
+
+    def left(self) -> float:
+        return float("inf") if self.end is None else self.end - time.perf_counter()
+
+    def allows(self, workload: str) -> bool:
+        return self.left() >= self.took.get(workload, self.first_guess) + 5
+
+    def timeout(self, per_run: int) -> int:
+        return int(max(5, min(per_run, self.left() - 5)))
+
+    def done(self, workload: str, result: dict) -> None:
+        self.took[workload] = max(self.took.get(workload, 0.0), result.get("wall_s", 0.0))
 
 
 def main() -> int:
@@ -299,14 +341,18 @@ def main() -> int:
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "ALLOCATOR"))
     p.add_argument("--json", help="child: where to write the result")
     p.add_argument("--record", help="child: record history and dump the snapshot here")
+    p.add_argument("--steps", type=int, default=None, help="child: steps of the workload (default: the workload's)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=int, default=150, help="seconds per run")
+    p.add_argument("--rounds", type=int, default=2, help="native / torchmem pairs per workload, alternating")
+    p.add_argument("--record-steps", type=int, default=10, help="steps of each recorded native run")
+    p.add_argument("--budget", type=float, default=None, help="seconds for everything; runs that would not fit are skipped")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     args = p.parse_args()
 
     if args.child:
         workload, allocator = args.child
-        result = run_child(workload, allocator, args.record, args.warmup)
+        result = run_child(workload, allocator, args.record, args.warmup, args.steps)
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
         print(json.dumps(result))
@@ -318,34 +364,57 @@ def main() -> int:
         print("bench_cuda: no CUDA GPU here; nothing to measure")
         return 0
     os.makedirs(args.out, exist_ok=True)
+    workloads = args.workloads.split(",")
     results: list[dict] = []
     history: list[dict] = []
     replays: list[dict] = []
+    skipped: list[str] = []
+    budget = Budget(args.budget, first_guess=min(args.timeout, 30))
 
     def save() -> str:
         # Written after every run, so a run cut short still leaves what it measured.
         table = summarise(results) + ("\n" + replay_table(replays) if replays else "")
+        if skipped:
+            table += "\n\nNot run, out of time: " + ", ".join(skipped)
         with open(os.path.join(args.out, "bench_cuda.json"), "w") as f:
-            json.dump({"runs": results, "native_history": history, "replay": replays}, f, indent=1)
+            json.dump({"runs": results, "native_history": history, "replay": replays, "skipped": skipped}, f, indent=1)
         with open(os.path.join(args.out, "bench_cuda.md"), "w") as f:
             f.write(table + "\n")
         return table
 
-    for w in args.workloads.split(","):
-        for a in ALLOCATORS:
-            r = spawn(w, a, args.out, record=False, timeout=args.timeout)
-            print(json.dumps(r), flush=True)
-            results.append(r)
+    def run(workload: str, allocator: str, record: bool = False, tag: str = "") -> dict | None:
+        label = f"{workload} {allocator}{' (history)' if record else ''}{tag.replace('_', ' ')}"
+        if not budget.allows(workload + ("_history" if record else "")):
+            skipped.append(label)
+            print(f"bench_cuda: skipped {label}: {budget.left():.0f} s left", flush=True)
+            return None
+        r = spawn(workload, allocator, args.out, record, budget.timeout(args.timeout), tag,
+                  steps=args.record_steps if record else None)
+        budget.done(workload + ("_history" if record else ""), r)
+        shown = {k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})
+        print(json.dumps(shown), flush=True)
+        return r
+
+    # Round 1, then the native histories and their replays (a correctness check), then the other rounds.
+    for rnd in range(1, args.rounds + 1):
+        for w in workloads:
+            for a in ALLOCATORS:  # alternating: native, torchmem, native, torchmem, ...
+                r = run(w, a, tag=f"_round{rnd}")
+                if r is not None:
+                    results.append(dict(r, round=rnd))
+                    save()
+        if rnd == 1:
+            for w in workloads:
+                r = run(w, "native", record=True)
+                if r is not None:
+                    history.append(r)
+                    save()
+            replays = replay_comparison(history)
             save()
-    for w in args.workloads.split(","):
-        r = spawn(w, "native", args.out, record=True, timeout=args.timeout)
-        print(json.dumps({k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})), flush=True)
-        history.append(r)
-        save()
-    replays = replay_comparison(history)
     print(save())
     failed = [r for r in results if "error" in r]
-    return 1 if failed else 0
+    inexact = [r for r in replays if "error" in r or not (r["exact"] and r["final_layout_match"])]
+    return 1 if failed or inexact else 0
 
 
 if __name__ == "__main__":

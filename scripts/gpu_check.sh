@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# One pass on a GPU machine: build torchmem against the torch already
-# installed (never reinstalls it), run tests/cuda, then the GPU benchmark
-# (benchmarks/bench_cuda.py), with logs and results under $OUT.
+# One pass on a GPU machine, one call, within 8 minutes: build torchmem against
+# the torch already installed (never reinstalls it), run tests/cuda (the
+# allocator's semantics under PyTorch's features: CUDA graphs, MemPool,
+# record_stream races, native history replayed exactly, ...), then
+# expandable segments under memory pressure alone on the GPU, then the GPU
+# benchmark (benchmarks/bench_cuda.py: native vs torchmem, alternating).
 #
-#   OUT=/some/dir bash scripts/gpu_check.sh       # about 5 minutes on an H200
+#   OUT=/some/dir bash scripts/gpu_check.sh       # estimated 6 minutes on an H200 (not run on one yet)
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
+#   REHEARSE=1 PYTHON=/venv/with/cuda/torch/bin/python bash scripts/gpu_check.sh
+#                                                 # no GPU, but every stage runs (GPU tests skip)
+#
+# Leaves at most 5 files in $OUT: summary.txt (what was printed), logs.tar.gz
+# (every stage's log, the JUnit XML, env.txt, the benchmark's runs; packed
+# again after each stage, so a run cut short still leaves its logs),
+# bench_cuda.md and bench_cuda.json (the benchmark's table and results), and
+# native_snapshots.tar.gz (the native allocator's recorded histories, the
+# ones that fit in 15 MiB). Standard output stays under 10,000 characters.
 #
 # Environment: PYTHON (default python3), OUT (default out/gpu_check),
 # TORCH_CUDA_ARCH_LIST (default 9.0), MAX_JOBS (default 16), CUDA_HOME
 # (default: nvcc's prefix, else /usr/local/cuda), BUDGET_S (default 460: the
-# whole run, so it ends within 8 minutes; each stage also has its own cap).
-# Exit status: 0 when every stage passed, the number of failed stages
-# otherwise; with no GPU, 0 under DRY_RUN=1, else 3.
+# whole run, so it ends within 8 minutes; each stage also has its own cap),
+# TEST_WORKERS (default 6: pytest-xdist workers for tests/cuda, where it is
+# installed). Exit status: 0 when every stage passed, the number of failed
+# stages otherwise; with no GPU, 0 under DRY_RUN=1, else 3.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -19,19 +32,50 @@ ROOT=$(pwd)
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/out/gpu_check}
 mkdir -p "$OUT"
+rm -f "$OUT/summary.txt" "$OUT/logs.tar.gz" "$OUT/bench_cuda.md" "$OUT/bench_cuda.json" "$OUT/native_snapshots.tar.gz"
 SUMMARY=$OUT/summary.txt
 : >"$SUMMARY"
+# Logs are written outside $OUT and packed into $OUT/logs.tar.gz.
+STAGING=$(mktemp -d)
+LOGS=$STAGING/gpu_check
+mkdir -p "$LOGS"
+trap 'rm -rf "$STAGING"' EXIT
 START=$(date +%s)
 FAILED=0
 
-say() { echo "[gpu_check $(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"; }
+# Standard output, and summary.txt with it, stays under SUMMARY_MAX characters
+# (the last line is always printed); everything goes to summary_full.txt in
+# the logs.
+SUMMARY_MAX=${SUMMARY_MAX:-9000}
+emit() {
+  local text used room
+  text=$(cut -c1-300)
+  [ -n "$text" ] || return 0
+  printf '%s\n' "$text" >>"$LOGS/summary_full.txt"
+  used=$(wc -c <"$SUMMARY")
+  room=$((SUMMARY_MAX - used))
+  if [ $((${#text} + 1)) -le "$room" ]; then
+    printf '%s\n' "$text" | tee -a "$SUMMARY"
+  elif [ ! -e "$LOGS/.summary_full" ]; then
+    : >"$LOGS/.summary_full"
+    [ "$room" -gt 200 ] && printf '%s\n' "$text" | head -c $((room - 200)) | sed '$d' | tee -a "$SUMMARY"
+    echo "[gpu_check] ... summary cut at $SUMMARY_MAX characters; all of it: summary_full.txt in logs.tar.gz" | tee -a "$SUMMARY"
+  fi
+}
+say() { echo "[gpu_check $(($(date +%s) - START))s] $*" | emit; }
+
+# Packs the logs (not the snapshots) into $OUT/logs.tar.gz.
+pack() {
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$STAGING" --exclude='*.pickle' --exclude='.summary_full' gpu_check 2>/dev/null &&
+    mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
 
 # The whole run stays under 8 minutes: each stage gets its own cap or what
 # is left of BUDGET_S, whichever is smaller.
 BUDGET_S=${BUDGET_S:-460}
 left() { echo $((BUDGET_S - ($(date +%s) - START))); }
 
-# stage NAME CAP_SECONDS COMMAND...: runs COMMAND with a time limit, output to $OUT/NAME.log.
+# stage NAME CAP_SECONDS COMMAND...: runs COMMAND with a time limit, output to NAME.log in the logs.
 stage() {
   local name=$1 limit=$2
   shift 2
@@ -45,23 +89,34 @@ stage() {
   fi
   say "$name: start (limit ${limit}s)"
   local t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   local took=$(($(date +%s) - t0))
   if [ $rc -eq 0 ]; then
     say "$name: ok in ${took}s"
   else
     [ $rc -eq 124 ] && say "$name: TIMED OUT after ${limit}s" || say "$name: FAILED (exit $rc) after ${took}s"
-    tail -n 40 "$OUT/$name.log" | sed "s/^/  $name| /" | tee -a "$SUMMARY"
+    # pytest's failures when there are, else the end of the log.
+    if grep -qE "^(FAILED|ERROR) " "$LOGS/$name.log"; then
+      { grep -E "^(FAILED|ERROR) " "$LOGS/$name.log" | head -n 20; tail -n 1 "$LOGS/$name.log"; }
+    else
+      tail -n 12 "$LOGS/$name.log"
+    fi | sed "s/^/  $name| /" | emit
     FAILED=$((FAILED + 1))
   fi
+  pack
   return $rc
+}
+
+finish() {
+  pack
+  echo "[gpu_check $(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"
 }
 
 # --- environment -------------------------------------------------------------
 {
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"
   "$PY" - <<'EOF'
 import sys
 print("python:", sys.version.split()[0])
@@ -74,31 +129,45 @@ try:
 except Exception as e:  # no torch: reported, the GPU test below stops the script
     print("torch: not importable:", e)
 import importlib.util
-missing = [m for m in ("setuptools", "ninja", "pytest", "numpy") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("setuptools", "ninja", "pytest", "numpy", "xdist") if importlib.util.find_spec(m) is None]
 print("python modules missing:", ", ".join(missing) or "none",
       "(setuptools is needed to build; the rest have fallbacks)" if missing else "")
 EOF
   command -v nvcc >/dev/null && nvcc --version | tail -n 2
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-} >"$OUT/env.txt" 2>&1
-cat "$OUT/env.txt" | tee -a "$SUMMARY"
+} >"$LOGS/env.txt" 2>&1
+emit <"$LOGS/env.txt"
 
+HAVE_GPU=1
 if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.cuda.is_available() else 1)" 2>/dev/null; then
-  if [ "${DRY_RUN:-0}" = 1 ]; then
+  HAVE_GPU=0
+  if [ "${REHEARSE:-0}" = 1 ]; then
+    say "no CUDA GPU here: rehearsing, every stage runs (the GPU tests skip, the benchmark measures nothing)"
+  elif [ "${DRY_RUN:-0}" = 1 ]; then
     say "no CUDA GPU (or no CUDA build of torch) here: dry run stops before building"
+    finish "done: dry run"
     exit 0
+  else
+    say "no CUDA GPU (or no CUDA build of torch) here: nothing to check"
+    finish "done: nothing checked"
+    exit 3
   fi
-  say "no CUDA GPU (or no CUDA build of torch) here: nothing to check"
-  exit 3
 fi
 
 # --- build ---------------------------------------------------------------------
+# The first toolkit with CUDA's headers: nvcc's prefix (through links; nvcc
+# may also be a wrapper script elsewhere), /usr/local/cuda, torch's guess.
 if [ -z "${CUDA_HOME:-}" ]; then
-  if command -v nvcc >/dev/null; then
-    CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")")
-  else
-    CUDA_HOME=/usr/local/cuda
-  fi
+  nvcc_prefix=""
+  command -v nvcc >/dev/null && nvcc_prefix=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  for candidate in "$nvcc_prefix" /usr/local/cuda \
+      "$("$PY" -c 'from torch.utils.cpp_extension import CUDA_HOME; print(CUDA_HOME or "")' 2>/dev/null)"; do
+    if [ -n "$candidate" ] && [ -f "$candidate/include/cuda_runtime.h" ]; then
+      CUDA_HOME=$candidate
+      break
+    fi
+  done
+  CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 fi
 export CUDA_HOME
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -110,7 +179,7 @@ say "build: CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_
 # runs setup.py with distutils' compile() spread over MAX_JOBS threads.
 if "$PY" -c "import torch.utils.cpp_extension as c, sys; sys.exit(0 if c.is_ninja_available() else 1)" 2>/dev/null; then
   say "build: ninja found, $MAX_JOBS jobs"
-  build() { stage build 200 "$PY" setup.py build_ext --inplace; }
+  build() { stage build 240 "$PY" setup.py build_ext --inplace; }
 else
   say "build: no ninja here: compiling $MAX_JOBS sources at a time through distutils"
   build() {
@@ -154,27 +223,52 @@ print('torchmem', torchmem.__version__, 'CUDA part built; torch', torch.__versio
 "
 else
   say "build failed: skipping tests and benchmark"
-  say "done: $FAILED stage(s) failed; logs in $OUT"
+  finish "done: $FAILED stage(s) failed; logs in $OUT/logs.tar.gz"
   exit "$FAILED"
 fi
 
 # --- tests ---------------------------------------------------------------------
-# With pytest if it is installed; otherwise with the small runner in tests/cuda.
-# About 15 interpreters, each swapping the allocator (install, planned steps).
+# With pytest if it is installed (and pytest-xdist's workers where it is: each
+# test runs its GPU work in interpreters of its own); otherwise with the small
+# runner in tests/cuda. About 30 interpreters, each swapping the allocator.
+# The memory-pressure test takes the whole GPU: a stage of its own, after.
+PRESSURE=tests/cuda/test_cuda_pressure.py
+export COLUMNS=250  # pytest's short summary lines: wide enough to say what differed
 if "$PY" -c "import pytest" 2>/dev/null; then
-  stage tests 200 "$PY" -m pytest -q -rs tests/cuda --junitxml="$OUT/tests.xml" -p no:cacheprovider
+  extra=()
+  cap=240  # one at a time: about 30 interpreters of 5 s, and the CPU-side checks
+  if "$PY" -c "import xdist" 2>/dev/null; then extra+=(-n "${TEST_WORKERS:-6}"); cap=170; fi
+  "$PY" -c "import pytest_timeout" 2>/dev/null && extra+=(--timeout 200)
+  stage tests "$cap" "$PY" -m pytest -q -rfEs tests/cuda --ignore="$PRESSURE" --junitxml="$LOGS/tests.xml" \
+    -p no:cacheprovider "${extra[@]}" && grep -E "passed|failed|error" "$LOGS/tests.log" | tail -n 1 | emit
+  stage pressure 100 "$PY" -m pytest -q -rfEs "$PRESSURE" --junitxml="$LOGS/pressure.xml" -p no:cacheprovider &&
+    grep -E "passed|failed|error|skipped" "$LOGS/pressure.log" | tail -n 1 | emit
 else
-  say "tests: no pytest here, using tests/cuda/run_without_pytest.py"
-  stage tests 200 "$PY" tests/cuda/run_without_pytest.py --junitxml "$OUT/tests.xml"
+  say "tests: no pytest here, using tests/cuda/run_without_pytest.py (the pressure test among the others)"
+  stage tests 230 "$PY" tests/cuda/run_without_pytest.py --junitxml "$LOGS/tests.xml" &&
+    grep -E "passed|failed|error" "$LOGS/tests.log" | tail -n 1 | emit
 fi
-grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 | tee -a "$SUMMARY"
 
 # --- benchmark -----------------------------------------------------------------
-stage bench "$(left)" "$PY" benchmarks/bench_cuda.py --out "$OUT/bench" --timeout 60
-[ -f "$OUT/bench/bench_cuda.md" ] && cat "$OUT/bench/bench_cuda.md" | tee -a "$SUMMARY"
-# bench_cuda.md ends with the native history replayed through torchmem's
-# simulator; the snapshots stay for later replays.
-ls "$OUT/bench"/*_snapshot.pickle 2>/dev/null | sed 's/^/native history kept: /' | tee -a "$SUMMARY"
+# What is left of the budget, less 15 s to pack the results; the benchmark
+# starts only the runs that fit.
+stage bench "$(left)" "$PY" benchmarks/bench_cuda.py --out "$LOGS/bench" --timeout 60 --budget $(($(left) - 15))
+if [ -f "$LOGS/bench/bench_cuda.md" ]; then
+  emit <"$LOGS/bench/bench_cuda.md"
+  cp "$LOGS/bench/bench_cuda.md" "$LOGS/bench/bench_cuda.json" "$OUT/" 2>/dev/null
+fi
+# The native allocator's recorded histories, for later replays: the ones that fit in 15 MiB, packed.
+snaps=()
+for snap in $(ls -S -r "$LOGS/bench"/*_snapshot.pickle 2>/dev/null); do
+  tar -czf "$STAGING/try.tar.gz" -C "$LOGS/bench" "${snaps[@]}" "$(basename "$snap")" 2>/dev/null
+  if [ "$(wc -c <"$STAGING/try.tar.gz")" -le $((15 * 1024 * 1024)) ]; then
+    snaps+=("$(basename "$snap")")
+    mv "$STAGING/try.tar.gz" "$OUT/native_snapshots.tar.gz"
+  else
+    say "native history $(basename "$snap") left out: over 15 MiB packed"
+  fi
+done
+[ ${#snaps[@]} -gt 0 ] && say "native histories kept in native_snapshots.tar.gz: ${snaps[*]}"
 
-say "done in $(($(date +%s) - START))s: $FAILED stage(s) failed; logs in $OUT"
+finish "done in $(($(date +%s) - START))s: $FAILED stage(s) failed; $(ls "$OUT" | wc -l) files in $OUT"
 exit "$FAILED"

@@ -1,8 +1,10 @@
 """Run tests/cuda where pytest is not installed (a GPU machine with no network).
 
-Supports what these tests use: pytest.mark.skipif (on functions and as a
+Supports what the GPU tests use: pytest.mark.skipif (on functions and as a
 module's `pytestmark`), pytest.skip, pytest.raises(match=), pytest.approx and
-the tmp_path fixture. Prints one line per test and a closing
+the tmp_path fixture. Tests that take other fixtures or parameters
+(pytest.fixture, pytest.mark.parametrize: the CPU-side checks) are skipped as
+needing pytest. Prints one line per test and a closing
 "N passed, N failed, N skipped" line; exits 1 when a test failed.
 
     python tests/cuda/run_without_pytest.py [--junitxml PATH]
@@ -69,9 +71,16 @@ def _skip(reason=""):
     raise Skipped(reason)
 
 
+def _passthrough(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda fn: fn
+
+
 def install_shim() -> None:
     shim = types.ModuleType("pytest")
-    shim.mark = types.SimpleNamespace(skipif=_SkipIf)
+    shim.mark = types.SimpleNamespace(skipif=_SkipIf, parametrize=_passthrough)
+    shim.fixture = _passthrough
     shim.skip = _skip
     shim.raises = _Raises
     shim.approx = _Approx
@@ -92,6 +101,9 @@ def run() -> tuple[int, int, int, list]:
             label = f"{path.name}::{name}"
             marks = module_marks + fn.__dict__.get("_skipif", [])
             reason = next((m.reason for m in marks if m.condition), None)
+            needs = [p for p in inspect.signature(fn).parameters if p != "tmp_path"]
+            if reason is None and needs:
+                reason = f"needs pytest (takes {', '.join(needs)})"
             start = time.perf_counter()
             outcome, detail = "passed", ""
             if reason is not None:

@@ -1,10 +1,13 @@
 """scripts/gpu_check.sh's shell logic, on any machine: a dry run without a GPU
 stops cleanly, and with a stand-in interpreter the stages run in order, time
-limits apply, failures are counted and reported, and results land in $OUT."""
+limits apply, failures are counted and reported, results land in $OUT (at
+most 8 files, the logs packed) and standard output stays under 10,000
+characters."""
 import os
 import pathlib
 import shutil
 import subprocess
+import tarfile
 import textwrap
 
 import pytest
@@ -30,13 +33,24 @@ FAKE_PYTHON = textwrap.dedent(
       "- build_ext --inplace") cat > "$FAKE_LOG.stdin"; echo built; exit "${FAKE_BUILD_RC:-0}" ;;
       *"cuda_glue_built"*) exit 0 ;;
       *"import pytest"*) exit "${FAKE_NO_PYTEST:-0}" ;;
-      *"-m pytest"*|*"run_without_pytest.py"*) echo "1 failed, 12 passed in 3.0s"; exit 1 ;;
+      *"import xdist"*) exit "${FAKE_NO_XDIST:-0}" ;;
+      *"-rfEs tests/cuda/test_cuda_pressure.py"*) echo "1 passed in 20.0s"; exit 0 ;;
+      *"-m pytest"*|*"run_without_pytest.py"*)
+        echo "FAILED tests/cuda/test_x.py::test_1 - AssertionError: $(head -c 400 /dev/zero | tr '\\0' x)"
+        for i in $(seq 20); do echo "SKIPPED [1] tests/cuda/test_y.py:$i: needs a CUDA GPU"; done
+        echo "1 failed, 12 passed, 20 skipped in 3.0s"; exit 1 ;;
       *"bench_cuda.py"*) out=$(echo "$args" | sed 's/.*--out \\([^ ]*\\).*/\\1/'); mkdir -p "$out";
-                         echo "| gpt2 | torchmem | 1.0 |" > "$out/bench_cuda.md"; : > "$out/gpt2_native_snapshot.pickle"; exit 0 ;;
+                         echo "| gpt2 | torchmem | 1.0 |" > "$out/bench_cuda.md"; echo "{}" > "$out/bench_cuda.json";
+                         for i in $(seq "${FAKE_BENCH_ROWS:-0}"); do echo "| row $i | $(head -c 200 /dev/zero | tr '\\0' y) |"; done >> "$out/bench_cuda.md";
+                         echo run > "$out/gpt2_native.log"; : > "$out/gpt2_native_snapshot.pickle"; exit 0 ;;
       *) exit 0 ;;
     esac
     """
 )
+
+
+SCRIPT_SETTINGS = ("PYTHON", "OUT", "DRY_RUN", "REHEARSE", "BUDGET_S", "SUMMARY_MAX", "TEST_WORKERS", "CUDA_HOME",
+                   "MAX_JOBS", "TORCH_CUDA_ARCH_LIST")
 
 
 def run_script(tmp_path, **env):
@@ -44,7 +58,9 @@ def run_script(tmp_path, **env):
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
     out = tmp_path / "out"
-    full_env = dict(os.environ, PYTHON=str(fake), OUT=str(out), FAKE_LOG=str(tmp_path / "calls.log"), **env)
+    # The script's own settings are not inherited (these tests also run inside a gpu_check.sh run).
+    inherited = {k: v for k, v in os.environ.items() if k not in SCRIPT_SETTINGS}
+    full_env = dict(inherited, PYTHON=str(fake), OUT=str(out), FAKE_LOG=str(tmp_path / "calls.log"), **env)
     proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=full_env, timeout=120)
     calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
     return proc, out, calls
@@ -59,7 +75,7 @@ def test_dry_run_without_gpu_stops_cleanly(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "dry run stops before building" in proc.stdout
     assert "setup.py" not in calls
-    assert (out / "env.txt").exists()
+    assert "env.txt" in archived(out)
 
 
 def test_without_gpu_and_not_dry_run_exits_3(tmp_path):
@@ -68,18 +84,57 @@ def test_without_gpu_and_not_dry_run_exits_3(tmp_path):
     assert "setup.py" not in calls
 
 
+def archived(out: pathlib.Path) -> set[str]:
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        return {pathlib.Path(m).name for m in tar.getnames()}
+
+
 def test_stages_run_in_order_and_failures_are_counted(tmp_path):
     proc, out, calls = run_script(tmp_path, FAKE_GPU="0")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the test stage failed, the rest passed
-    order = [c for c in ("setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "bench_cuda.py") if c in calls]
-    assert order == ["setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "bench_cuda.py"]
+    order = [c for c in ("setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "test_cuda_pressure.py",
+                         "bench_cuda.py") if c in calls]
+    assert order == ["setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "test_cuda_pressure.py",
+                     "bench_cuda.py"]
     assert calls.index("setup.py") < calls.index("-m pytest") < calls.index("bench_cuda.py")
+    tests_call = next(line for line in calls.splitlines() if "-m pytest" in line and "--ignore" in line)
+    assert "--ignore=tests/cuda/test_cuda_pressure.py" in tests_call and "-n 6" in tests_call
+    assert "--budget" in next(line for line in calls.splitlines() if "bench_cuda.py" in line)
     summary = (out / "summary.txt").read_text()
-    assert "tests: FAILED (exit 1)" in summary
-    assert "build: ok" in summary and "bench: ok" in summary
+    assert summary == proc.stdout
+    assert "tests: FAILED (exit 1)" in summary and "FAILED tests/cuda/test_x.py::test_1" in summary
+    assert "tests| 1 failed, 12 passed, 20 skipped" in summary and "SKIPPED" not in summary
+    assert "build: ok" in summary and "pressure: ok" in summary and "bench: ok" in summary
     assert "| gpt2 | torchmem |" in summary
-    assert "native history kept: " in summary
-    assert (out / "tests.log").exists() and (out / "build.log").exists()
+    assert "native histories kept in native_snapshots.tar.gz: gpt2_native_snapshot.pickle" in summary
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["bench_cuda.json", "bench_cuda.md", "logs.tar.gz", "native_snapshots.tar.gz", "summary.txt"]
+    assert {"env.txt", "build.log", "import.log", "tests.log", "pressure.log", "bench.log", "gpt2_native.log",
+            "summary_full.txt"} <= archived(out)
+    assert not any(name.endswith(".pickle") for name in archived(out))
+
+
+def test_output_stays_under_10000_characters_and_the_last_line_is_printed(tmp_path):
+    proc, out, _ = run_script(tmp_path, FAKE_GPU="0", FAKE_BENCH_ROWS="80")
+    assert len(proc.stdout) < 10_000, len(proc.stdout)
+    assert "summary cut at 9000 characters" in proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("[gpu_check") and "stage(s) failed" in proc.stdout.splitlines()[-1]
+    assert (out / "summary.txt").read_text() == proc.stdout
+    assert all(len(line) <= 300 for line in proc.stdout.splitlines())
+    assert "summary_full.txt" in archived(out)
+
+
+def test_a_rerun_replaces_the_files_of_the_last(tmp_path):
+    run_script(tmp_path, FAKE_GPU="0")
+    (tmp_path / "out" / "native_snapshots.tar.gz").write_bytes(b"stale")
+    proc, out, _ = run_script(tmp_path, FAKE_GPU="1", DRY_RUN="1")
+    assert sorted(p.name for p in out.iterdir()) == ["logs.tar.gz", "summary.txt"]
+
+
+def test_rehearsal_without_gpu_runs_every_stage(tmp_path):
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="1", REHEARSE="1")
+    assert "rehearsing" in proc.stdout
+    assert "setup.py build_ext" in calls and "-m pytest" in calls and "bench_cuda.py" in calls
 
 
 def test_build_failure_skips_tests_and_benchmark(tmp_path):
@@ -87,6 +142,7 @@ def test_build_failure_skips_tests_and_benchmark(tmp_path):
     assert proc.returncode == 1
     assert "-m pytest" not in calls and "bench_cuda.py" not in calls
     assert "build failed: skipping" in (out / "summary.txt").read_text()
+    assert "build.log" in archived(out)
 
 
 def test_stages_past_the_time_budget_are_skipped_and_counted(tmp_path):
@@ -100,6 +156,11 @@ def test_without_pytest_the_small_runner_runs_the_tests(tmp_path):
     proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKE_NO_PYTEST="1")
     assert "run_without_pytest.py --junitxml" in calls and "-m pytest" not in calls
     assert "no pytest here" in (out / "summary.txt").read_text()
+
+
+def test_without_xdist_the_tests_run_in_one_process(tmp_path):
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKE_NO_XDIST="1")
+    assert "-m pytest" in calls and " -n " not in calls
 
 
 def test_without_ninja_the_build_compiles_in_parallel_threads(tmp_path):
