@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One pass on a GPU machine: build torchmem against the torch already
 # installed (never reinstalls it), run tests/cuda, then the GPU benchmark
-# (benchmarks/bench_cuda.py), with logs and results under $OUT.
+# (benchmarks/bench_cuda.py) and policy:stitch's device calls
+# (benchmarks/bench_stitch_cuda.py), with logs and results under $OUT.
 #
 #   OUT=/some/dir bash scripts/gpu_check.sh       # about 5 minutes on an H200
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
@@ -169,7 +170,11 @@ else
 fi
 grep -E "passed|failed|error" "$OUT/tests.log" | tail -n 3 | tee -a "$SUMMARY"
 
-# --- benchmark -----------------------------------------------------------------
+# --- benchmarks ----------------------------------------------------------------
+# policy:stitch: what a 2 MiB page map/unmap costs here, and the policy on cuMem* pages.
+stage stitch 60 "$PY" benchmarks/bench_stitch_cuda.py --out "$OUT/stitch"
+[ -f "$OUT/stitch/bench_stitch_cuda.md" ] && cat "$OUT/stitch/bench_stitch_cuda.md" | tee -a "$SUMMARY"
+
 stage bench "$(left)" "$PY" benchmarks/bench_cuda.py --out "$OUT/bench" --timeout 60
 [ -f "$OUT/bench/bench_cuda.md" ] && cat "$OUT/bench/bench_cuda.md" | tee -a "$SUMMARY"
 # bench_cuda.md ends with the native history replayed through torchmem's
