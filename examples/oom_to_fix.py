@@ -73,7 +73,8 @@ def main() -> int:
     print(f"\n== 3. torchmem advise {snapshot}")
     torchmem_cli(["advise", snapshot, "--no-progress"])
     rows = advise(snapshot)
-    best = rows[0]
+    best = next(r for r in rows if r.policy == "native")  # a setting PYTORCH_CUDA_ALLOC_CONF takes
+    stitched = next((r for r in rows if r.policy == "stitch"), None)
     if best.recorded or not best.completes:
         print("\nNo setting avoids this OOM in the same memory.")
         return 0
@@ -83,6 +84,9 @@ def main() -> int:
     train()
     print(f"Completed: peak reserved {torchmem.max_memory_reserved() / 2**20:.0f} MiB of {args.capacity}.")
     print(f"On a GPU: PYTORCH_CUDA_ALLOC_CONF={best.conf} (or TORCHMEM_ALLOC_CONF with torchmem installed).")
+    if stitched is not None and stitched.min_capacity is not None:
+        print(f"torchmem's own policy:stitch needs {stitched.min_capacity / 2**20:.0f} MiB for this run "
+              f"({best.min_capacity / 2**20:.0f} MiB with {best.conf}); docs/stitch.md.")
     return 0
 
 

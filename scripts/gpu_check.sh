@@ -4,7 +4,8 @@
 # allocator's semantics under PyTorch's features: CUDA graphs, MemPool,
 # record_stream races, native history replayed exactly, ...), then
 # expandable segments under memory pressure alone on the GPU, then the GPU
-# benchmark (benchmarks/bench_cuda.py: native vs torchmem, alternating).
+# benchmark (benchmarks/bench_cuda.py: native vs torchmem, alternating), with
+# policy:stitch's page maps timed first (benchmarks/bench_stitch_cuda.py).
 #
 #   OUT=/some/dir bash scripts/gpu_check.sh       # estimated 6 minutes on an H200 (not run on one yet)
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
@@ -248,6 +249,11 @@ else
   stage tests 230 "$PY" tests/cuda/run_without_pytest.py --junitxml "$LOGS/tests.xml" &&
     grep -E "passed|failed|error" "$LOGS/tests.log" | tail -n 1 | emit
 fi
+
+# --- policy:stitch ---------------------------------------------------------------
+# What a 2 MiB page map/unmap costs here, and the policy on cuMem* pages.
+stage stitch 45 "$PY" benchmarks/bench_stitch_cuda.py --out "$LOGS/stitch" &&
+  [ -f "$LOGS/stitch/bench_stitch_cuda.md" ] && emit <"$LOGS/stitch/bench_stitch_cuda.md"
 
 # --- benchmark -----------------------------------------------------------------
 # What is left of the budget, less 15 s to pack the results; the benchmark

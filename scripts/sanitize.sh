@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the C++ driver of the core (tests/cpp/core_driver.cpp with every
-# csrc/core/**/*.cpp) under AddressSanitizer + UndefinedBehaviorSanitizer
-# (LeakSanitizer on) and, separately, ThreadSanitizer, and runs both.
+# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp and
+# tests/cpp/stitch_driver.cpp, each linked with every csrc/core/**/*.cpp)
+# under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on)
+# and, separately, ThreadSanitizer, and runs them.
 #
 #   scripts/sanitize.sh                 full run
 #   TORCHMEM_QUICK=1 scripts/sanitize.sh   quick run for CI (smaller loops, -O0 builds)
@@ -45,6 +46,7 @@ probe() {
 }
 
 SOURCES=$(find csrc/core -name '*.cpp' | sort)
+DRIVERS="core_driver stitch_driver"  # tests/cpp/<name>.cpp, each with its own main()
 HEADERS=$(find csrc/core -name '*.h' | sort)
 HEADER_STAMP=$(cat $HEADERS | sha256sum | cut -c1-16)
 
@@ -58,7 +60,9 @@ build() {
   local key="$CXX $COMMON $flags $HEADER_STAMP"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$key" ]; then rm -f "$dir"/*.o; echo "$key" > "$stamp"; fi
   local jobs=()
-  for src in $SOURCES tests/cpp/core_driver.cpp; do
+  local drivers=""
+  for d in $DRIVERS; do drivers="$drivers tests/cpp/$d.cpp"; done
+  for src in $SOURCES $drivers; do
     local obj="$dir/$(echo "$src" | tr / _).o"
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then jobs+=("$src|$obj"); fi
   done
@@ -68,9 +72,13 @@ build() {
       'src="${1%%|*}"; obj="${1##*|}"; '"$CXX $COMMON $flags"' -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"' _ {} >&2 \
       || return 1
   fi
-  rm -f "$dir/core_driver"
-  "$CXX" $COMMON $flags "$dir"/*.o -o "$dir/core_driver" >&2 || return 1
-  echo "$dir/core_driver"
+  local core_objs=()
+  for src in $SOURCES; do core_objs+=("$dir/$(echo "$src" | tr / _).o"); done
+  for d in $DRIVERS; do
+    rm -f "$dir/$d"
+    "$CXX" $COMMON $flags "${core_objs[@]}" "$dir/tests_cpp_$d.cpp.o" -o "$dir/$d" >&2 || return 1
+  done
+  echo "$dir"
 }
 
 status=0
@@ -83,12 +91,11 @@ for name in $SANITIZERS; do
     exit 2
   fi
   rm -f /tmp/torchmem_sanitize_probe.$$
-  if ! binary="$(build "$name")" || [ ! -x "$binary" ]; then
+  if ! dir="$(build "$name")" || [ ! -d "$dir" ]; then
     echo "== $name: BUILD FAILED" >&2
     status=1
     continue
   fi
-  echo "== $name: $binary $DRIVER_ARGS"
   case "$name" in
     asan)
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
@@ -99,11 +106,19 @@ for name in $SANITIZERS; do
       export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
       ;;
   esac
-  if ! "$binary" $DRIVER_ARGS; then
+  clean=1
+  for d in $DRIVERS; do
+    echo "== $name: $dir/$d $DRIVER_ARGS"
+    if ! "$dir/$d" $DRIVER_ARGS; then
+      echo "== $name: $d FAILED" >&2
+      clean=0
+    fi
+  done
+  if [ "$clean" = 1 ]; then
+    echo "== $name: clean"
+  else
     echo "== $name: FAILED" >&2
     status=1
-  else
-    echo "== $name: clean"
   fi
 done
 exit $status

@@ -32,8 +32,24 @@ def _caching_host_expandable():
     return _C.CachingAllocator(_C.HostDevice(), "expandable_segments:True"), True
 
 
+def _stitch_host():
+    return _C.StitchAllocator(_C.HostDevice(), "policy:stitch"), True
+
+
+def _stitch_sim():
+    return _C.device_allocator(_C.SimDevice(64 << 30), "policy:stitch"), False
+
+
+def _stitch_host_small():
+    # A small device: requests reclaim cached pages and stitch them at fresh places.
+    return _C.device_allocator(_C.HostDevice(512 * MiB), "policy:stitch"), True
+
+
 FACTORIES = {
     "caching-host-expandable": _caching_host_expandable,
+    "stitch-host": _stitch_host,
+    "stitch-sim": _stitch_sim,
+    "stitch-host-small": _stitch_host_small,
     "caching-host": _caching_host,
     "caching-sim": _caching_sim,
     "caching-host-tuned": _caching_host_small_split,
@@ -53,7 +69,8 @@ for _name, _factory in _arena_factories().items():
 
 
 def test_every_allocator_is_in_the_suite():
-    assert {"caching-host", "caching-sim", "arena-sim", "arena-host-fallback"} <= set(FACTORIES), sorted(FACTORIES)
+    assert {"caching-host", "caching-sim", "stitch-host", "stitch-sim", "arena-sim",
+            "arena-host-fallback"} <= set(FACTORIES), sorted(FACTORIES)
 
 
 @pytest.fixture(params=sorted(FACTORIES))

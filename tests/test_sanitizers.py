@@ -1,4 +1,5 @@
-"""The C++ reliability driver of the core (tests/cpp/core_driver.cpp): random
+"""The C++ reliability drivers of the core (tests/cpp/core_driver.cpp and
+tests/cpp/stitch_driver.cpp, the stitch policy's own checks): random
 sequences, threads, injected device faults and bad input for the caching
 allocator, arena, block pool, planner and replayer, with invariant checks.
 
@@ -49,6 +50,17 @@ def test_core_driver_lists_every_component():
         assert any(n.startswith(component) for n in names), names
     assert {"caching_threads", "caching_fail_kth", "caching_random_faults", "arena_threads",
             "fork_while_threads_allocate", "fork_waits_for_a_held_lock"} <= set(names)
+
+
+def test_stitch_driver_lists_its_tests():
+    binary = os.path.join(ROOT, "build", "sanitize", "plain-quick", "stitch_driver")
+    if not os.path.exists(binary):
+        assert _script("plain").returncode == 0
+    names = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=60).stdout.split()
+    assert {"stitch_stitches_free_pages", "stitch_fail_kth", "stitch_memory_fraction", "stitch_replayer"} <= set(names)
+    core = os.path.join(ROOT, "build", "sanitize", "plain-quick", "core_driver")
+    core_names = subprocess.run([core, "--list"], capture_output=True, text=True, timeout=60).stdout.split()
+    assert {"stitch_random", "stitch_random_faults", "stitch_threads"} <= set(core_names)  # the native loops, policy:stitch
 
 
 @pytest.mark.slow

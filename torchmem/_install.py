@@ -34,7 +34,9 @@ def install(kind: str = "caching", conf: str | None = None,
         conf: settings in PYTORCH_CUDA_ALLOC_CONF's grammar
             ("max_split_size_mb:128,garbage_collection_threshold:0.8");
             defaults to $TORCHMEM_ALLOC_CONF. torchmem adds ``capacity``
-            (e.g. "8GiB") and ``per_process_memory_fraction``.
+            (e.g. "8GiB"), ``per_process_memory_fraction`` and ``policy``:
+            ``native`` (PyTorch's rules, the default) or ``stitch`` (the
+            policy that needs the least memory, docs/stitch.md).
         dump_on_oom: True, or a path template, to call
             ``torchmem.dump_on_oom(path)`` once installed: history is recorded
             and an out-of-memory error writes a snapshot (True: the default

@@ -71,9 +71,9 @@ void bind_arena(py::module_& m) {
            py::keep_alive<1, 5>(), py::keep_alive<1, 7>())
       .def_static(
           "over",
-          [](std::shared_ptr<CachingAllocator> source, size_t capacity, size_t alignment,
+          [](std::shared_ptr<DeviceAllocator> source, size_t capacity, size_t alignment,
              std::shared_ptr<Allocator> fallback, std::optional<Stream> stream, std::shared_ptr<Allocator> other_streams) {
-            if (!source) throw py::type_error("Arena.over needs a CachingAllocator, not None");
+            if (!source) throw py::type_error("Arena.over needs a device allocator (CachingAllocator or StitchAllocator), not None");
             std::shared_ptr<Device> device(source, &source->device());
             return std::make_shared<Arena>(ArenaOwners{device, source, std::move(fallback), std::move(other_streams)},
                                            options(capacity, alignment, stream));

@@ -1,4 +1,4 @@
-// Python types for the device layer and the caching allocator.
+// Python types for the device layer and the device allocators (native and stitch).
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -6,6 +6,8 @@
 #include "bindings/convert.h"
 #include "core/alloc_config.h"
 #include "core/caching_allocator.h"
+#include "core/device_allocator.h"
+#include "core/stitch_allocator.h"
 #include "core/host_device.h"
 #include "core/sim_device.h"
 
@@ -34,33 +36,60 @@ void bind_caching(py::module_& m) {
   py::class_<Allocator, std::shared_ptr<Allocator>>(m, "Allocator")
       .def("owns", [](const Allocator& a, uintptr_t p) { return a.owns(reinterpret_cast<void*>(p)); });
 
-  py::class_<CachingAllocator, Allocator, std::shared_ptr<CachingAllocator>>(m, "CachingAllocator")
+  // The methods every device policy offers (device_allocator.h); the
+  // native and the stitch policy are subclasses, so a DeviceAllocator from
+  // make_device_allocator() arrives in Python as its own class.
+  py::class_<DeviceAllocator, Allocator, std::shared_ptr<DeviceAllocator>>(m, "DeviceAllocator")
+      .def("allocate",
+           [](DeviceAllocator& a, size_t size, Stream stream) { return reinterpret_cast<uintptr_t>(a.allocate(size, stream)); },
+           py::arg("size"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>())
+      .def("deallocate", [](DeviceAllocator& a, uintptr_t p) { a.deallocate(reinterpret_cast<void*>(p)); },
+           py::arg("ptr"), py::call_guard<py::gil_scoped_release>())
+      .def("empty_cache", &DeviceAllocator::empty_cache)
+      .def("set_memory_fraction", &DeviceAllocator::set_memory_fraction, py::arg("fraction"))
+      .def("stats", [](const DeviceAllocator& a) { return stats_to_dict(a.stats()); })
+      .def("reset_peak_stats", &DeviceAllocator::reset_peak_stats)
+      .def("reset_accumulated_stats", &DeviceAllocator::reset_accumulated_stats)
+      .def("largest_free_block", &DeviceAllocator::largest_free_block)
+      .def("segments", [](const DeviceAllocator& a) { return segments_to_list(a.segments()); })
+      .def("check_invariants", &DeviceAllocator::check_invariants)
+      .def("enable_history", [](DeviceAllocator& a, size_t max_entries) { a.enable_history(max_entries); },
+           py::arg("max_entries"))
+      .def("history", [](const DeviceAllocator& a) { return trace_to_list(a.history_entries()); })
+      .def_property_readonly("config", [](const DeviceAllocator& a) { return a.config().to_string(); })
+      .def_property_readonly(
+          "allocator_settings", [](const DeviceAllocator& a) { return config_to_settings(a.config()); },
+          "The config in the layout of a PyTorch snapshot's allocator_settings.")
+      .def_property_readonly("policy", [](const DeviceAllocator& a) {
+        return a.config().policy == Policy::kStitch ? "stitch" : "native";
+      })
+      .def_property_readonly("device", [](DeviceAllocator& a) { return a.device().name(); });
+
+  py::class_<CachingAllocator, DeviceAllocator, std::shared_ptr<CachingAllocator>>(m, "CachingAllocator")
       .def(py::init([](std::shared_ptr<Device> device, const std::string& conf) {
              if (!device) throw py::type_error("CachingAllocator needs a device (HostDevice or SimDevice), not None");
              return std::make_shared<CachingAllocator>(*device, AllocatorConfig::parse(conf));
            }),
+           py::arg("device"), py::arg("conf") = "", py::keep_alive<1, 2>());
+
+  py::class_<StitchAllocator, DeviceAllocator, std::shared_ptr<StitchAllocator>>(m, "StitchAllocator")
+      .def(py::init([](std::shared_ptr<Device> device, const std::string& conf) {
+             if (!device) throw py::type_error("StitchAllocator needs a device (HostDevice or SimDevice), not None");
+             return std::make_shared<StitchAllocator>(*device, AllocatorConfig::parse(conf));
+           }),
            py::arg("device"), py::arg("conf") = "", py::keep_alive<1, 2>())
-      .def("allocate",
-           [](CachingAllocator& a, size_t size, Stream stream) { return reinterpret_cast<uintptr_t>(a.allocate(size, stream)); },
-           py::arg("size"), py::arg("stream") = 0, py::call_guard<py::gil_scoped_release>())
-      .def("deallocate", [](CachingAllocator& a, uintptr_t p) { a.deallocate(reinterpret_cast<void*>(p)); },
-           py::arg("ptr"), py::call_guard<py::gil_scoped_release>())
-      .def("empty_cache", &CachingAllocator::empty_cache)
-      .def("set_memory_fraction", &CachingAllocator::set_memory_fraction, py::arg("fraction"))
-      .def("stats", [](const CachingAllocator& a) { return stats_to_dict(a.stats()); })
-      .def("reset_peak_stats", &CachingAllocator::reset_peak_stats)
-      .def("reset_accumulated_stats", &CachingAllocator::reset_accumulated_stats)
-      .def("largest_free_block", &CachingAllocator::largest_free_block)
-      .def("segments", [](const CachingAllocator& a) { return segments_to_list(a.segments()); })
-      .def("check_invariants", &CachingAllocator::check_invariants)
-      .def("enable_history", [](CachingAllocator& a, size_t max_entries) { a.enable_history(max_entries); },
-           py::arg("max_entries"))
-      .def("history", [](const CachingAllocator& a) { return trace_to_list(a.history_entries()); })
-      .def_property_readonly("config", [](const CachingAllocator& a) { return a.config().to_string(); })
-      .def_property_readonly(
-          "allocator_settings", [](const CachingAllocator& a) { return config_to_settings(a.config()); },
-          "The config in the layout of a PyTorch snapshot's allocator_settings.")
-      .def_property_readonly("device", [](CachingAllocator& a) { return a.device().name(); });
+      .def("counters", [](const StitchAllocator& a) { return stitch_counters_to_dict(a.counters()); },
+           "Page maps and unmaps (device calls), reclaims under pressure, ranges reserved, placements on cached pages.")
+      .def_property_readonly("ranges", &StitchAllocator::ranges);
+
+  m.def(
+      "device_allocator",
+      [](std::shared_ptr<Device> device, const std::string& conf) {
+        if (!device) throw py::type_error("device_allocator needs a device (HostDevice or SimDevice), not None");
+        return make_device_allocator(*device, AllocatorConfig::parse(conf));
+      },
+      py::arg("device"), py::arg("conf") = "", py::keep_alive<0, 1>(),
+      "The allocator the config's policy asks for (policy:native, the default, or policy:stitch) on `device`.");
 }
 
 }  // namespace torchmem::bindings

@@ -105,6 +105,17 @@ py::dict config_to_settings(const AllocatorConfig& config) {
     divisions[py::str(std::to_string(size_t(1) << i))] = config.roundup_power2_divisions[i];
   }
   d["roundup_power2_divisions"] = divisions;
+  if (config.policy == Policy::kStitch) d["policy"] = "stitch";
+  return d;
+}
+
+py::dict stitch_counters_to_dict(const StitchAllocator::Counters& c) {
+  py::dict d;
+  d["page_maps"] = c.page_maps;
+  d["page_unmaps"] = c.page_unmaps;
+  d["reclaims"] = c.reclaims;
+  d["ranges_reserved"] = c.ranges_reserved;
+  d["placements_on_cached"] = c.placements_on_cached;
   return d;
 }
 

@@ -9,6 +9,7 @@
 #include "core/block.h"
 #include "core/history.h"
 #include "core/stats.h"
+#include "core/stitch_allocator.h"
 
 namespace torchmem::bindings {
 
@@ -23,7 +24,10 @@ pybind11::list trace_to_list(const std::vector<TraceEntry>& entries);
 // no limit), max_non_split_rounding (bytes), garbage_collection_threshold,
 // expandable_segments, roundup_power2_divisions ({"1": n, "2": n, ...,
 // "32768": n}, keyed by the interval's size in MiB as the config grammar).
+// Under policy:stitch it also has "policy": "stitch".
 pybind11::dict config_to_settings(const AllocatorConfig& config);
+// {"page_maps", "page_unmaps", "reclaims", "ranges_reserved", "placements_on_cached"}.
+pybind11::dict stitch_counters_to_dict(const StitchAllocator::Counters& counters);
 
 // Whether the interpreter is up and not finalizing (Python may be called).
 bool python_alive();

@@ -222,21 +222,21 @@ void bind_history(py::module_& m) {
 
   m.def(
       "enable_history",
-      [](CachingAllocator& a, size_t max_entries, std::shared_ptr<StackTable> stacks) {
+      [](DeviceAllocator& a, size_t max_entries, std::shared_ptr<StackTable> stacks) {
         a.enable_history(max_entries, stacks ? python_stack_provider(std::move(stacks)) : nullptr);  // under its lock
       },
       py::arg("allocator"), py::arg("max_entries"), py::arg("stacks") = nullptr,
       "Record the last max_entries allocator events (0 turns recording off and clears it); with a "
       "StackTable, each allocation's context is the id of the Python stack that made it.");
   m.def(
-      "history_enabled", [](CachingAllocator& a) { return a.history().enabled(); }, py::arg("allocator"));
+      "history_enabled", [](DeviceAllocator& a) { return a.history_enabled(); }, py::arg("allocator"));
   m.def(
-      "history_entries", [](const CachingAllocator& a) { return trace_to_list(a.history_entries()); },
+      "history_entries", [](const DeviceAllocator& a) { return trace_to_list(a.history_entries()); },
       py::arg("allocator"),
       "History entries oldest first: {'action', 'addr', 'size', 'stream', 'time_us', 'context'}.");
   m.def(
       "time_malloc_free",
-      [](CachingAllocator& a, size_t size, size_t pairs) {
+      [](DeviceAllocator& a, size_t size, size_t pairs) {
         // For benchmarks: `pairs` cached allocate+deallocate pairs from C++,
         // with the GIL released (as around PyTorch's operators); ns per pair.
         py::gil_scoped_release release;

@@ -8,6 +8,7 @@
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
 #include "core/replayer.h"
+#include "core/stitch_allocator.h"
 
 namespace py = pybind11;
 
@@ -131,8 +132,16 @@ void bind_replay(py::module_& m) {
       .def("segments", [](Replayer& r) { return segments_to_list(r.allocator().segments()); })
       .def("largest_free_block", [](Replayer& r) { return r.allocator().largest_free_block(); })
       .def("check_invariants", [](Replayer& r) { r.allocator().check_invariants(); })
-      .def("enable_history", [](Replayer& r, size_t n) { r.allocator().history().enable(n); }, py::arg("max_entries"))
-      .def("history", [](Replayer& r) { return trace_to_list(r.allocator().history().entries()); });
+      .def("enable_history", [](Replayer& r, size_t n) { r.allocator().enable_history(n); }, py::arg("max_entries"))
+      .def("history", [](Replayer& r) { return trace_to_list(r.allocator().history_entries()); })
+      .def_property_readonly("policy", [](Replayer& r) { return r.native() ? "native" : "stitch"; })
+      .def(
+          "counters",
+          [](Replayer& r) -> py::object {
+            auto* stitch = dynamic_cast<StitchAllocator*>(&r.allocator());
+            return stitch ? py::object(stitch_counters_to_dict(stitch->counters())) : py::object(py::none());
+          },
+          "The stitch policy's counters (page maps and unmaps, reclaims), or None under the native policy.");
 }
 
 }  // namespace torchmem::bindings

@@ -15,7 +15,7 @@ namespace {
 const char* kKeys =
     "large_segment_size_mb, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, expandable_segments, per_process_memory_fraction, backend, "
-    "release_lock_on_cudamalloc, pinned_* and the other keys of PyTorch's pinned allocator, capacity";
+    "release_lock_on_cudamalloc, pinned_* and the other keys of PyTorch's pinned allocator, capacity, policy";
 
 constexpr size_t kMB = 1024 * 1024;
 constexpr size_t kMaxPinnedRegisterThreads = 128;  // CUDAAllocatorConfig::pinned_max_register_threads
@@ -226,6 +226,10 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text) {
     } else if (key == "pinned_reserve_segment_size_mb") {
       const std::string allowed = "a whole number of MB greater than 0";
       if (parse_count(key, value, allowed) == 0) fail(key, value, allowed);
+    } else if (key == "policy") {
+      if (value == "native") c.policy = Policy::kNative;
+      else if (value == "stitch") c.policy = Policy::kStitch;
+      else fail(key, value, "native (PyTorch's caching policy, the default) or stitch (least memory: docs/stitch.md)");
     } else if (key == "capacity") {
       c.capacity = parse_size(value);
       if (c.capacity == 0) fail(key, value, "a size greater than zero");
@@ -267,6 +271,7 @@ std::string AllocatorConfig::to_string() const {
   if (expandable_segments) item("expandable_segments", "True");
   if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
   if (capacity != 0) item("capacity", std::to_string(capacity));
+  if (policy == Policy::kStitch) item("policy", "stitch");
   return out.str();
 }
 

@@ -23,7 +23,15 @@
 // pinned_reserve_segment_size_mb, pinned_free_catch_all,
 // graph_capture_record_stream_reuse, throw_on_cudamalloc_oom.
 // torchmem's own: capacity (device capacity, e.g. "8GiB", "512MB" or
-// bytes; host and sim devices).
+// bytes; host and sim devices), and policy: "native" (the default, PyTorch's
+// caching policy, CachingAllocator) or "stitch" (StitchAllocator: blocks in
+// a large reserved virtual range per stream, physical pages mapped where
+// blocks touch them and unmapped when the device runs short; see
+// docs/stitch.md). Under policy:stitch the keys that shape the native
+// policy's segments and splits (large_segment_size_mb, max_split_size_mb,
+// max_non_split_rounding_mb, roundup_power2_divisions, expandable_segments)
+// are accepted and have no effect; capacity, per_process_memory_fraction
+// and garbage_collection_threshold apply.
 // parse() throws std::invalid_argument naming the key and what it accepts.
 #pragma once
 
@@ -43,6 +51,9 @@ constexpr size_t kMinLargeAlloc = 10485760;    // from 10 MiB, segments fit the 
 constexpr size_t kRoundLarge = 2097152;        // ... rounded up to 2 MiB
 constexpr size_t kRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB, one per power of two
 
+// Which DeviceAllocator make_device_allocator() builds (device_allocator.h).
+enum class Policy : uint8_t { kNative, kStitch };
+
 struct AllocatorConfig {
   // Segments for requests of 1 to 10 MiB, and the large pool's expandable
   // page size; also the least max_split_size and max_non_split_rounding.
@@ -56,6 +67,7 @@ struct AllocatorConfig {
   // below 1; DeviceCachingAllocator::setMemoryFraction).
   double per_process_memory_fraction = 1.0;
   size_t capacity = 0;  // 0: the device's own
+  Policy policy = Policy::kNative;
 
   static AllocatorConfig parse(const std::string& text);
   // Divisions that apply to a request of `size` bytes (0 or 1: none).

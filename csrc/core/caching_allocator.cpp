@@ -551,6 +551,11 @@ std::vector<TraceEntry> CachingAllocator::history_entries() const {
   return history_.entries();
 }
 
+bool CachingAllocator::history_enabled() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return history_.enabled();
+}
+
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   return stats_;

@@ -131,6 +131,7 @@ class CachingAllocator final : public DeviceAllocator {
   // enable_history(0) stops recording and drops the entries.
   void enable_history(size_t max_entries, History::ContextProvider provider = nullptr) override;
   std::vector<TraceEntry> history_entries() const override;
+  bool history_enabled() const override;
   // Direct access, for single-threaded owners (the replayer) only.
   History& history() { return history_; }
 

@@ -3,7 +3,9 @@
 // segments for snapshots, history, a memory fraction and invariants.
 //
 // Implementations: CachingAllocator (PyTorch's native policy,
-// caching_allocator.h). Glue (CPU, CUDA) and the per-device policy of
+// caching_allocator.h; config policy:native, the default) and
+// StitchAllocator (the least-memory policy, stitch_allocator.h; config
+// policy:stitch). Glue (CPU, CUDA) and the per-device policy of
 // streams and pools hold allocators through this interface and make them
 // with make_device_allocator(), so a policy chosen by the config serves
 // wherever the native one does.
@@ -54,6 +56,7 @@ class DeviceAllocator : public Allocator {
   // and drops the entries.
   virtual void enable_history(size_t max_entries, History::ContextProvider provider = nullptr) = 0;
   virtual std::vector<TraceEntry> history_entries() const = 0;
+  virtual bool history_enabled() const = 0;
 
   virtual void check_invariants() const = 0;
   virtual const AllocatorConfig& config() const = 0;

@@ -4,15 +4,47 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/stitch_allocator.h"
+
 namespace torchmem {
 
 Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
                    bool skip_bad_events, bool follow_recording)
     : device_(std::make_unique<SimDevice>(capacity, 2u << 20, in_use_by_others)),
-      allocator_(std::make_unique<CachingAllocator>(*device_, config)),
+      allocator_(make_device_allocator(*device_, config)),
       sample_every_(std::max<uint64_t>(1, sample_every)),
       skip_bad_events_(skip_bad_events),
-      follow_recording_(follow_recording) {}
+      follow_recording_(follow_recording) {
+  native_ = dynamic_cast<CachingAllocator*>(allocator_.get());
+  if (native_) {
+    stats_ = &native_->stats_ref();
+  } else if (auto* stitch = dynamic_cast<StitchAllocator*>(allocator_.get())) {
+    stats_ = &stitch->stats_ref();
+    follow_recording_ = false;  // no segments to follow
+  } else {
+    throw std::logic_error("replayer: an allocator without live statistics");
+  }
+}
+
+// A policy without segments to rebuild gets the live blocks of the start
+// state as allocations, in address order, before the first event.
+void Replayer::restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream,
+                                     const std::vector<uint64_t>& ids) {
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return blocks[a].addr < blocks[b].addr; });
+  std::vector<std::pair<uint64_t, void*>> made;
+  try {
+    for (size_t i : order) {
+      const size_t size = blocks[i].requested_size ? blocks[i].requested_size : blocks[i].size;
+      made.emplace_back(ids[i], allocator_->allocate(std::max<size_t>(size, 1), stream));
+    }
+  } catch (const OutOfMemory&) {
+    for (auto& [id, ptr] : made) allocator_->deallocate(ptr);
+    throw std::invalid_argument("a live block that existed when recording began does not fit in the capacity");
+  }
+  for (auto& [id, ptr] : made) live_.emplace(id, ptr);
+}
 
 void Replayer::bad_event(const std::string& what) const {
   throw std::invalid_argument("event " + std::to_string(events_) + ": " + what);
@@ -23,6 +55,7 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
   for (uint64_t id : ids) {
     if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
   }
+  if (!native_) return restore_by_allocating(segment.live_blocks, segment.stream, ids);
   if (!device_->adopt(segment.addr, segment.size)) {
     const bool too_big = segment.size > device_->free_bytes();
     char buf[200];
@@ -32,7 +65,7 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
     throw std::invalid_argument(buf);
   }
   try {
-    allocator_->restore_segment(segment);
+    native_->restore_segment(segment);
   } catch (...) {
     device_->free(segment.addr, segment.size);
     throw;
@@ -47,9 +80,10 @@ void Replayer::restore_expandable(const RecordedRange& range, const std::vector<
   for (uint64_t id : ids) {
     if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
   }
+  if (!native_) return restore_by_allocating(range.live_blocks, range.stream, ids);
   device_->offer(range.base, 0);
   try {
-    allocator_->restore_expandable(range);
+    native_->restore_expandable(range);
   } catch (...) {
     device_->take_unused_offers();
     throw;
@@ -145,8 +179,8 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         ++fidelity_.empty_cache_calls;
         break;
       case ReplayOp::kReleaseSegment:
-        if (!follow_recording_ || !addrs) break;
-        ++(allocator_->release_cached_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
+        if (!follow_recording_ || !addrs || !native_) break;
+        ++(native_->release_cached_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
         break;
       case ReplayOp::kSegmentAddress:
         if (follow_recording_ && addrs && addrs[i]) {
@@ -157,7 +191,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
       default:
         bad_event("unknown operation code " + std::to_string(ops[i]));
     }
-    const DeviceStats& s = allocator_->stats_ref();
+    const DeviceStats& s = *stats_;
     sample(s.allocated_bytes[kAggregate].current, s.reserved_bytes[kAggregate].current);
   }
   return i;

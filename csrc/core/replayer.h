@@ -1,6 +1,8 @@
-// Replayer: runs an allocation trace through a CachingAllocator on a
-// SimDevice of any capacity, to reproduce (and try fixes for) out-of-memory
-// failures without the GPU. It is the allocator itself, not a model of it.
+// Replayer: runs an allocation trace through the allocator the config asks
+// for (make_device_allocator: the native CachingAllocator, or the stitch
+// policy) on a SimDevice of any capacity, to reproduce (and try fixes for)
+// out-of-memory failures without the GPU. It is the allocator itself, not a
+// model of it.
 //
 // Events arrive in chunks (run() may be called many times), so memory grows
 // with the number of live allocations, never with the length of the trace.
@@ -27,7 +29,10 @@
 // kEmptyCache: the program's calls, under settings of its own.
 // Ids are the trace's names for allocations; an id may be reused after it
 // is freed. restore() adds the segments and live blocks of a recording's
-// start state before the first event (Note [Start state]).
+// start state before the first event (Note [Start state]); under the stitch
+// policy, which has no segments to rebuild, it allocates the live blocks
+// (their requested sizes, in address order) instead, and follow_recording,
+// offers and recorded releases do not apply.
 //
 // Contract:
 // - run() stops at the first out-of-memory and records it; later calls do
@@ -49,6 +54,7 @@
 #include <vector>
 
 #include "core/caching_allocator.h"
+#include "core/device_allocator.h"
 #include "core/node_pool.h"
 #include "core/sim_device.h"
 
@@ -116,7 +122,9 @@ class Replayer {
   uint64_t skipped() const { return skipped_; }
   const ReplayFidelity& fidelity() const { return fidelity_; }
   const std::vector<TimelinePoint>& timeline() const { return timeline_; }
-  CachingAllocator& allocator() { return *allocator_; }
+  DeviceAllocator& allocator() { return *allocator_; }
+  // The native allocator, or null under another policy.
+  CachingAllocator* native() { return native_; }
   SimDevice& device() { return *device_; }
 
  private:
@@ -125,8 +133,12 @@ class Replayer {
   void settle_offers();
   [[noreturn]] void bad_event(const std::string& what) const;
 
+  void restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream, const std::vector<uint64_t>& ids);
+
   std::unique_ptr<SimDevice> device_;
-  std::unique_ptr<CachingAllocator> allocator_;
+  std::shared_ptr<DeviceAllocator> allocator_;
+  CachingAllocator* native_ = nullptr;
+  const DeviceStats* stats_ = nullptr;  // the allocator's live statistics
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm
   using LiveMap = std::unordered_map<uint64_t, void*, std::hash<uint64_t>, std::equal_to<uint64_t>,
                                      PoolAllocator<std::pair<const uint64_t, void*>>>;

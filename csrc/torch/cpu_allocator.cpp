@@ -26,10 +26,10 @@ void CpuAllocator::install(const AllocatorConfig& config) {
     make_new = stale();
   }
   std::shared_ptr<HostDevice> device;
-  std::shared_ptr<CachingAllocator> fresh;
+  std::shared_ptr<DeviceAllocator> fresh;
   if (make_new) {  // made (and, if another install won, dropped) outside the lock: see the header
     device = std::make_shared<HostDevice>(config.capacity);
-    fresh = std::make_shared<CachingAllocator>(*device, config);
+    fresh = make_device_allocator(*device, config);
   }
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (fresh && stale()) {
@@ -64,7 +64,7 @@ void CpuAllocator::uninstall() {
   caching_->empty_cache();
 }
 
-std::shared_ptr<CachingAllocator> CpuAllocator::caching() const {
+std::shared_ptr<DeviceAllocator> CpuAllocator::caching() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   return caching_;
 }
@@ -100,7 +100,7 @@ c10::DataPtr CpuAllocator::allocate(size_t n) {
   void* ptr = nullptr;
   if (n != 0) {
     torchmem::Allocator* target = thread_allocators.empty() ? nullptr : thread_allocators.back().get();
-    std::shared_ptr<CachingAllocator> caching;
+    std::shared_ptr<DeviceAllocator> caching;
     if (!target) {
       caching = this->caching();
       TORCH_CHECK(caching, "torchmem: the CPU allocator was used before torchmem.install()");
@@ -129,7 +129,7 @@ void CpuAllocator::delete_pointer(void* ptr) {
 // recorder, a planned slab's fallback) and must see their own frees.
 void CpuAllocator::release(void* ptr) {
   std::shared_ptr<const RoutedList> routed;
-  std::shared_ptr<CachingAllocator> current;
+  std::shared_ptr<DeviceAllocator> current;
   c10::DeleterFnPtr previous_deleter;
   {
     std::lock_guard<ForkSafeMutex> lock(mutex_);
@@ -148,7 +148,7 @@ void CpuAllocator::release(void* ptr) {
     if (owner->owns(ptr)) return hand_to(*owner);
   }
   if (current && current->try_deallocate(ptr)) return;
-  std::vector<std::shared_ptr<CachingAllocator>> retired;
+  std::vector<std::shared_ptr<DeviceAllocator>> retired;
   {
     std::lock_guard<ForkSafeMutex> lock(mutex_);
     retired.assign(retired_.begin(), retired_.end());

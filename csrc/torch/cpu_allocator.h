@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "core/alloc_config.h"
-#include "core/caching_allocator.h"
+#include "core/device_allocator.h"
 #include "core/fork_safety.h"
 #include "core/host_device.h"
 #include "core/oom_observers.h"
@@ -45,16 +45,18 @@ class CpuAllocator final : public c10::Allocator {
  public:
   static CpuAllocator& instance();
 
-  // Makes torchmem the CPU allocator with this config. Reinstalling with a
-  // different config starts a new caching allocator; the old one empties its
+  // Makes torchmem the CPU allocator with this config: the allocator its
+  // policy asks for (make_device_allocator: native caching, or stitch) on a
+  // HostDevice. Reinstalling with a different config starts a new
+  // allocator; the old one empties its
   // cache and keeps serving frees of its live blocks. Throws std::runtime_error
   // when c10 keeps another allocator (one registered with a higher priority).
   void install(const AllocatorConfig& config);
   void uninstall();
   bool installed() const { return installed_; }
 
-  // The caching allocator serving allocations (null before the first install).
-  std::shared_ptr<CachingAllocator> caching() const;
+  // The allocator serving allocations (null before the first install).
+  std::shared_ptr<DeviceAllocator> caching() const;
 
   // Told of every out-of-memory error this allocator raises (device 0).
   OomObservers& oom_observers() { return oom_observers_; }
@@ -76,10 +78,10 @@ class CpuAllocator final : public c10::Allocator {
   c10::Allocator* previous_ = nullptr;
   c10::DeleterFnPtr previous_deleter_ = nullptr;
   std::shared_ptr<HostDevice> device_;
-  std::shared_ptr<CachingAllocator> caching_;
+  std::shared_ptr<DeviceAllocator> caching_;
   std::vector<std::shared_ptr<HostDevice>> retired_devices_;
   OomObservers oom_observers_;
-  std::vector<std::shared_ptr<CachingAllocator>> retired_;   // still own live blocks
+  std::vector<std::shared_ptr<DeviceAllocator>> retired_;   // still own live blocks
   // Thread allocators seen. Replaced on push/pop, never changed in place, so
   // a free takes the list with one reference count instead of copying it.
   using RoutedList = std::vector<std::shared_ptr<torchmem::Allocator>>;

@@ -41,6 +41,7 @@
 #include "core/arena.h"
 #include "core/block_pool.h"
 #include "core/caching_allocator.h"
+#include "core/device_allocator.h"
 #include "core/faulty_device.h"
 #include "core/fork_safety.h"
 #include "core/host_device.h"
@@ -221,7 +222,7 @@ std::unique_ptr<Device> make_device(Kind kind, size_t capacity) {
   return std::make_unique<SimDevice>(capacity);
 }
 
-void check_stats_match(const CachingAllocator& a, const LiveSet& live) {
+void check_stats_match(const DeviceAllocator& a, const LiveSet& live) {
   const DeviceStats s = a.stats();
   CHECK(s.allocation[kAggregate].current == static_cast<int64_t>(live.blocks.size()));
   CHECK(s.requested_bytes[kAggregate].current == static_cast<int64_t>(live.requested));
@@ -231,7 +232,8 @@ void check_stats_match(const CachingAllocator& a, const LiveSet& live) {
   CHECK(s.reserved_bytes[kAggregate].peak >= s.reserved_bytes[kAggregate].current);
 }
 
-// Random malloc/free/empty_cache on one allocator; faults optional.
+// Random malloc/free/empty_cache on one allocator (the config's policy:
+// native or stitch); faults optional.
 void caching_random(Kind kind, const std::string& conf, double fault_probability, uint64_t seed) {
   const size_t capacity = kind == Kind::kHost ? 384 * MiB : 1 * GiB;
   auto inner = make_device(kind, capacity);
@@ -240,7 +242,8 @@ void caching_random(Kind kind, const std::string& conf, double fault_probability
   std::mt19937_64 rng(seed);
   LiveSet live;
   {
-    CachingAllocator a(dev, AllocatorConfig::parse(conf));
+    std::shared_ptr<DeviceAllocator> owner = make_device_allocator(dev, AllocatorConfig::parse(conf));
+    DeviceAllocator& a = *owner;
     const int steps = scaled(2500, 400);
     for (int step = 0; step < steps; ++step) {
       const unsigned op = rng() % 10;
@@ -309,6 +312,20 @@ void test_caching_random_faults() {
   for (Kind kind : {Kind::kSim, Kind::kHost})
     for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:24"})
       for (double p : {0.1, 0.5}) caching_random(kind, conf, p, ++seed);
+}
+
+// The same sequences under policy:stitch (stitch_allocator.h).
+void test_stitch_random() {
+  for (Kind kind : {Kind::kSim, Kind::kHost})
+    for (const char* conf : {"policy:stitch", "policy:stitch,per_process_memory_fraction:0.5",
+                             "policy:stitch,garbage_collection_threshold:0.6,per_process_memory_fraction:0.5"})
+      caching_random(kind, conf, 0.0, g_seed + 17);
+}
+
+void test_stitch_random_faults() {
+  uint64_t seed = g_seed * 2000;
+  for (Kind kind : {Kind::kSim, Kind::kHost})
+    for (double p : {0.1, 0.5}) caching_random(kind, "policy:stitch", p, ++seed);
 }
 
 // The OOM path: a failed device allocation releases cached blocks and retries.
@@ -563,9 +580,10 @@ void caching_threads(const std::string& conf_text, double fault_probability, boo
   const int threads = 4;
   const int steps = scaled(3000, 400);
   {
-    CachingAllocator a(dev, AllocatorConfig::parse(conf_text));
+    std::shared_ptr<DeviceAllocator> owner = make_device_allocator(dev, AllocatorConfig::parse(conf_text));
+    DeviceAllocator& a = *owner;
     std::atomic<uint64_t> contexts{0};
-    if (history) a.history().enable(4096, [&] { return ++contexts; });  // a provider called from every thread
+    if (history) a.enable_history(4096, [&] { return ++contexts; });  // a provider called from every thread
     std::mutex handoff_mutex;
     std::vector<std::pair<void*, LiveBlock>> handoff;  // allocated by one thread, freed by another
     std::atomic<bool> done{false};
@@ -650,7 +668,7 @@ void caching_threads(const std::string& conf_text, double fault_probability, boo
     a.empty_cache();
     CHECK(a.stats().reserved_bytes[kAggregate].current == 0);
     if (history) {
-      const auto entries = a.history().entries();
+      const auto entries = a.history_entries();
       CHECK(!entries.empty() && entries.size() <= 4096);
       CHECK(contexts.load() > 0);
     }
@@ -671,6 +689,13 @@ void test_caching_threads_history() {
 void test_caching_threads_faults() {
   caching_threads("", 0.05);
   caching_threads("expandable_segments:True", 0.05);
+}
+
+void test_stitch_threads() {
+  caching_threads("policy:stitch", 0.0);
+  caching_threads("policy:stitch,per_process_memory_fraction:0.9", 0.0);
+  caching_threads("policy:stitch", 0.0, true);
+  caching_threads("policy:stitch", 0.05);
 }
 
 // std::pmr containers over the caching allocator, from several threads.
@@ -2334,6 +2359,9 @@ const Test kTests[] = {
     {"caching_device_full", test_caching_device_full},
     {"caching_destructor_returns_everything", test_caching_destructor_returns_everything},
     {"caching_bad_input", test_caching_bad_input},
+    {"stitch_random", test_stitch_random},
+    {"stitch_random_faults", test_stitch_random_faults},
+    {"stitch_threads", test_stitch_threads},
     {"caching_threads", test_caching_threads},
     {"caching_threads_faults", test_caching_threads_faults},
     {"caching_threads_history", test_caching_threads_history},

@@ -20,7 +20,9 @@ def register(subparsers) -> None:
                    help="device capacity (default: from the snapshot's OOM, else 80GiB)")
     p.add_argument("--in-use-by-others", default="0", help="memory held outside PyTorch, e.g. 2GiB (default 0)")
     p.add_argument("--conf", default=None, help="allocator config (default: the snapshot's recorded settings)")
-    p.add_argument("--compare", nargs="+", metavar="CONF", default=None, help="also replay under these configs ('' = default)")
+    p.add_argument("--compare", nargs="+", metavar="CONF", default=None,
+                   help="also replay under these configs ('' = PyTorch's defaults; policy:stitch = torchmem's "
+                        "least-memory policy, docs/stitch.md)")
     p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM, else the first with events)")
     p.add_argument("--skip-bad-events", action="store_true", help="skip bad events with a counted warning instead of failing")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list with --compare)")
@@ -126,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
                 print(r.summary())
         if not first.completed:
             print(f"\nWhich setting avoids it, and how much memory each needs: torchmem advise {args.trace}")
+            if not any(r.policy == "stitch" for r in results):
+                print(f"torchmem's least-memory policy on the same card: torchmem replay {args.trace} --compare policy:stitch")
     if args.plot:
         from torchmem.viz.replays import plot_replays
 

@@ -2,7 +2,8 @@
 
 ``replay()`` runs a trace (a snapshot written on a GPU, JSON lines, or event
 dicts) through torchmem's caching allocator on a simulated device;
-``advise()`` finds the settings under which it fits in the least memory.
+``advise()`` finds the settings under which it fits in the least memory;
+``min_capacity(trace, conf)`` the least memory one config needs.
 ``torchmem.sim`` is the same module under its earlier name.
 """
 from torchmem.replay.runner import (
@@ -24,6 +25,6 @@ __all__ = [
     "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",
     "from_events", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
 ]
-from torchmem.replay.advise import Advice, advise, candidates  # noqa: E402
+from torchmem.replay.advise import STITCH, Advice, advise, candidates, min_capacity  # noqa: E402
 
-__all__ += ["Advice", "advise", "candidates"]
+__all__ += ["STITCH", "Advice", "advise", "candidates", "min_capacity"]

@@ -2,14 +2,16 @@
 
 ``advise(trace)`` replays a trace under candidate settings (the recorded
 one, expandable segments, several max_split_size_mb, garbage collection,
-roundup_power2_divisions, and pairs of those that help) and finds for each
-the smallest capacity at which the trace completes, by bisection over
-replays on a 2 MiB grid. Each ``min_capacity`` holds: the trace completes
-at it and fails 2 MiB below it.
+roundup_power2_divisions, pairs of those that help, and torchmem's own
+``policy:stitch``) and finds for each the smallest capacity at which the
+trace completes, by bisection over replays on a 2 MiB grid. Each
+``min_capacity`` holds: the trace completes at it and fails 2 MiB below it.
+``min_capacity(trace, conf)`` is that search for one config.
 
-    from torchmem.replay import advise
+    from torchmem.replay import advise, min_capacity
     for row in advise("snapshot.pickle"):
         print(row.summary())
+    print(min_capacity("snapshot.pickle", "policy:stitch"))
 """
 from __future__ import annotations
 
@@ -34,6 +36,12 @@ SINGLE_SETTINGS = (
     "roundup_power2_divisions:4",
 )
 
+# torchmem's least-memory policy (docs/stitch.md): not a PyTorch setting, it
+# needs torchmem's allocator installed (TORCHMEM_ALLOC_CONF=policy:stitch).
+STITCH = "policy:stitch"
+# The keys of a recorded config that still apply under policy:stitch.
+STITCH_KEEPS = ("per_process_memory_fraction", "garbage_collection_threshold")
+
 
 @dataclass
 class Advice:
@@ -47,24 +55,44 @@ class Advice:
     recorded: bool = False     # the run's own setting (a snapshot's recorded one, or PyTorch's defaults if it does not say)
     replays: int = 0
 
+    @property
+    def policy(self) -> str:
+        """"stitch" for torchmem's policy:stitch, else "native" (a PyTorch setting)."""
+        return "stitch" if is_stitch(self.conf) else "native"
+
     def to_json(self) -> dict:
         return {"conf": self.conf, "min_capacity": self.min_capacity, "peak_reserved": self.peak_reserved,
                 "completes": self.completes, "capacity": self.capacity, "recorded": self.recorded,
-                "replays": self.replays}
+                "replays": self.replays, "policy": self.policy}
 
     def summary(self) -> str:
-        conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "")
+        conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
+            " [torchmem]" if self.policy == "stitch" else "")
         need = gib(self.min_capacity) if self.min_capacity is not None else "not within reach"
         outcome = "completes" if self.completes else "OOM"
         return f"{conf:<66} needs {need:>11}, peak reserved {gib(self.peak_reserved):>11}; at {gib(self.capacity)}: {outcome}"
 
 
-def candidates(recorded_conf: str, extra: Iterable[str] = ()) -> list[str]:
-    """The recorded setting first, then the single settings (each added to the recorded one), then extras."""
+def is_stitch(conf: str) -> bool:
+    """Whether a config chooses torchmem's policy:stitch."""
+    return "policy:stitch" in normalize_conf(conf)
+
+
+def stitch_candidate(recorded_conf: str) -> str:
+    """policy:stitch with the recorded config's keys that still apply to it."""
+    keep = [item.strip() for item in _split(recorded_conf) if item.partition(":")[0].strip() in STITCH_KEEPS]
+    return ",".join([STITCH, *keep])
+
+
+def candidates(recorded_conf: str, extra: Iterable[str] = (), stitch: bool = True) -> list[str]:
+    """The recorded setting first, then the single settings (each added to the recorded one), then extras,
+    then (with `stitch`) torchmem's policy:stitch. An extra that chooses a policy is taken as it is."""
     base = recorded_conf.strip()
     out = [base]
     for setting in (*SINGLE_SETTINGS, *extra):
-        out.append(_combine(base, setting))
+        out.append(setting if is_stitch(setting) else _combine(base, setting))
+    if stitch:
+        out.append(stitch_candidate(base))
     seen: set[str] = set()
     unique = []
     for conf in out:
@@ -117,6 +145,7 @@ def advise(
     skip_bad_events: bool = False,
     progress: Callable[[int], None] | None = None,
     in_use_by_others: int | str = 0,
+    stitch: bool = True,
 ) -> list[Advice]:
     """Each candidate setting's least memory, best first.
 
@@ -129,6 +158,7 @@ def advise(
         combine: also try pairs of the `combine` best settings that need less
             memory than the recorded one (0: no pairs).
         progress: called with the number of settings done.
+        stitch: also try torchmem's policy:stitch (never paired with others).
     """
     trace = as_trace(trace, device, skip_bad_events)
     recorded = trace.recorded
@@ -147,11 +177,12 @@ def advise(
         if progress:
             progress(done)
 
-    for conf in candidates(base, extra):
+    for conf in candidates(base, extra, stitch):
         run(conf)
     if combine:
         baseline = results[0].min_capacity
-        helpful = [r for r in results[1:] if r.min_capacity is not None and (baseline is None or r.min_capacity < baseline)]
+        helpful = [r for r in results[1:] if r.min_capacity is not None and r.policy == "native"
+                   and (baseline is None or r.min_capacity < baseline)]
         helpful.sort(key=lambda r: r.min_capacity)
         best_per_key: dict[str, Advice] = {}  # pair different settings, not two values of one key
         for r in helpful:
@@ -168,6 +199,45 @@ def advise(
                 run(conf)
     results.sort(key=lambda r: (r.min_capacity is None, r.min_capacity or 0, not r.completes, r.peak_reserved))
     return results
+
+
+def min_capacity(
+    trace: Trace | str | Iterable[dict],
+    conf: str = "",
+    *,
+    capacity: int | str | None = None,
+    device: int | None = None,
+    skip_bad_events: bool = False,
+    in_use_by_others: int | str = 0,
+) -> int | None:
+    """The smallest capacity on the 2 MiB grid at which `trace` completes under `conf`
+    (it fails 2 MiB below), by the bisection advise() runs; None when it does not complete
+    within 64 times the reference capacity (`capacity`: default the snapshot's, else 80 GiB).
+
+        from torchmem import sim
+        need = sim.min_capacity("snapshot.pickle", "policy:stitch")
+    """
+    return search(trace, conf, capacity=capacity, device=device, skip_bad_events=skip_bad_events,
+                  in_use_by_others=in_use_by_others).min_capacity
+
+
+def search(
+    trace: Trace | str | Iterable[dict],
+    conf: str = "",
+    *,
+    capacity: int | str | None = None,
+    device: int | None = None,
+    skip_bad_events: bool = False,
+    in_use_by_others: int | str = 0,
+) -> Advice:
+    """min_capacity() with what the search saw: an Advice for `conf`."""
+    trace = as_trace(trace, device, skip_bad_events)
+    recorded = trace.recorded
+    if capacity is None:
+        capacity = recorded.capacity if recorded is not None and recorded.capacity else "80GiB"
+    base = recorded.conf if recorded is not None and recorded.conf is not None else ""
+    own = recorded is not None and normalize_conf(conf) == normalize_conf(base)
+    return _search(trace, conf, parse_capacity(capacity), in_use_by_others, skip_bad_events, own)
 
 
 def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bool, recorded: bool) -> Advice:

@@ -59,6 +59,9 @@ class ReplayResult:
     recorded: Any = None             # RecordedRun: what the snapshot says (device, OOM, settings)
     fidelity: dict | None = None     # placements and segments matched, for a replay that follows a recording
     survived_ooms: list = field(default_factory=list)  # the recording's OOMs the replay met and went past, as the program did
+    policy: str = "native"           # the allocator policy the config chose: "native" or "stitch"
+    counters: dict | None = None     # policy:stitch: page_maps, page_unmaps, reclaims, ... (None for native)
+    allocations: int = 0             # allocations made (the start state's included)
 
     @property
     def follows_recording(self) -> bool:
@@ -128,6 +131,9 @@ class ReplayResult:
             "recorded_ooms": self.recorded_ooms,
             "fidelity": self.fidelity,
             "exact": self.exact,
+            "policy": self.policy,
+            "allocations": self.allocations,
+            "counters": self.counters,
         }
 
     def summary(self) -> str:
@@ -138,7 +144,11 @@ class ReplayResult:
             o = self.oom
             where = f"trace entry {o['entry']:,}" if o.get("entry") is not None else f"event {o['index']:,}"
             outcome = f"OOM at {where}: {gib(o['size'])} refused ({gib(o['allocated'])} allocated, {gib(o['reserved'])} reserved)"
-        return f"{conf:<40} peak allocated {gib(self.peak_allocated):>10}, peak reserved {gib(self.peak_reserved):>10}: {outcome}"
+        line = f"{conf:<40} peak allocated {gib(self.peak_allocated):>10}, peak reserved {gib(self.peak_reserved):>10}: {outcome}"
+        if self.counters:
+            c = self.counters
+            line += f" ({c['page_maps']:,} page maps, {c['page_unmaps']:,} unmaps for {self.allocations:,} allocations)"
+        return line
 
     def explain(self) -> str:
         """Why the replay ran out of memory (or that it did not), in words."""
@@ -162,7 +172,8 @@ class ReplayResult:
                 f"Fragmentation: {gib(o['reserved_but_free'])} are free inside reserved segments, more than the request, "
                 f"but no free block is large enough, and the segments that hold them also hold live tensors, so they "
                 f"cannot be released. Try expandable_segments:True (free pages are unmapped and the range grows in place), "
-                f"or max_split_size_mb to stop large cached blocks from being split."
+                f"or max_split_size_mb to stop large cached blocks from being split; with torchmem installed, "
+                f"policy:stitch serves a request from free pages wherever they are."
             )
         else:
             lines.append("Not fragmentation: the live tensors themselves need more memory than the device has.")
@@ -270,6 +281,8 @@ def replay(
     if others >= capacity:
         raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
     replayer = _C.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)
+    if replayer.policy != "native":
+        follow_recording = False  # the stitch policy places blocks its own way: nothing recorded to follow
     if history:
         replayer.enable_history(history)
     if recorded is not None:
@@ -341,6 +354,9 @@ def replay(
         recorded=recorded,
         fidelity=fidelity,
         survived_ooms=survived,
+        policy=replayer.policy,
+        counters=replayer.counters(),
+        allocations=stats["allocation"]["all"]["allocated"],
     )
     return result
 
