@@ -317,3 +317,12 @@ def test_cpu_install_with_the_policy():
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["policy"] == "stitch" and r["kind"] == "StitchAllocator"
     assert 0 < r["allocated"] <= r["reserved"] and r["segments"] > 0 and r["maps"] > 0
+
+
+def test_the_native_class_refuses_another_policy():
+    """CachingAllocator is the native policy: asked for policy:stitch it says how to make one, not silently native."""
+    with pytest.raises(ValueError, match="make_device_allocator"):
+        _C.CachingAllocator(_C.SimDevice(1 << 30), "policy:stitch")
+    native = _C.CachingAllocator(_C.SimDevice(1 << 30), "policy:native")
+    native.deallocate(native.allocate(4096))
+    assert native.stats()["allocation"]["all"]["allocated"] == 1

@@ -82,6 +82,10 @@ std::string format_size(size_t bytes) {
 
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
     : device_(device), config_(config) {
+  if (config_.policy != Policy::kNative) {
+    throw std::invalid_argument("CachingAllocator is the native policy; '" + config_.to_string() +
+                                "' asks for another: make it with make_device_allocator()");
+  }
   stats_.max_split_size = static_cast<int64_t>(
       std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
   set_memory_fraction(config_.per_process_memory_fraction);

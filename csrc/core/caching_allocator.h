@@ -60,6 +60,8 @@ struct RecordedRange {
 
 class CachingAllocator final : public DeviceAllocator {
  public:
+  // Throws std::invalid_argument for a config whose policy is not native
+  // (make_device_allocator() makes the others).
   explicit CachingAllocator(Device& device, AllocatorConfig config = {});
   ~CachingAllocator() override;
   CachingAllocator(const CachingAllocator&) = delete;
