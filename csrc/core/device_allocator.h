@@ -21,6 +21,28 @@
 //   back into it.
 // - set_memory_fraction(f) limits reserved bytes to f * device.total_bytes()
 //   (f = 1: no limit); std::invalid_argument outside [0, 1].
+// - allocate(size, stream) is try_allocate() or else
+//   throw_out_of_memory(size, stream): a caller that has other places to
+//   look (a pool used on OOM) calls the two itself, so an out of memory is
+//   counted (num_ooms, the trace's oom entry) once, when it is raised.
+// - A free in two steps, for memory still used on other streams (PyTorch's
+//   record_stream): request_free(ptr) ends the allocation (allocation,
+//   allocated_bytes and oversize_allocations drop, free_requested is
+//   recorded; false, changing nothing, when ptr is not a live allocation)
+//   but keeps the block active and out of the cache until complete_free(ptr)
+//   (free_completed; active, active_bytes and requested_bytes drop; the
+//   block is cached). complete_free throws std::logic_error for a pointer
+//   whose free was not requested. try_deallocate is the two at once.
+// - Releases blocked (set_releases_blocked(true), while a CUDA graph is
+//   captured): no cached segment goes back to the device and no page is
+//   unmapped: empty_cache() does nothing, garbage collection and the out of
+//   memory retry's releases are skipped. Allocation still maps and allocates.
+// - The pending-free waiter, when set, is called under the allocator's lock
+//   (releases not blocked) just before the out-of-memory retry releases every
+//   cached segment; it returns the pointers whose free it may now complete
+//   (their streams' work done), which the allocator completes first, as
+//   PyTorch synchronises its events there. It must not call back into the
+//   allocator.
 #pragma once
 
 #include <cstddef>
@@ -39,7 +61,21 @@ namespace torchmem {
 
 class DeviceAllocator : public Allocator {
  public:
+  using PendingFreeWaiter = std::function<std::vector<void*>()>;
+
+  // nullptr where allocate() would throw OutOfMemory; nothing is counted.
+  virtual void* try_allocate(size_t size, Stream stream = 0) = 0;
+  // A cached free block only (no device call), else nullptr; nothing counted.
+  virtual void* allocate_cached(size_t size, Stream stream = 0) = 0;
+  // Counts the out of memory of a request for `size` on `stream` and throws it.
+  [[noreturn]] virtual void throw_out_of_memory(size_t size, Stream stream) = 0;
   virtual bool try_deallocate(void* ptr) = 0;
+  virtual bool request_free(void* ptr) = 0;
+  virtual void complete_free(void* ptr) = 0;
+  // The stream a live allocation was made on (false: not a live allocation).
+  virtual bool allocation_stream(const void* ptr, Stream* stream) const = 0;
+  virtual void set_releases_blocked(bool blocked) = 0;
+  virtual void set_pending_free_waiter(PendingFreeWaiter waiter) = 0;
   virtual void empty_cache() = 0;
   virtual void add_free_memory_callback(std::function<bool()> callback) = 0;
   virtual void set_memory_fraction(double fraction) = 0;
