@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the C++ driver of the core (tests/cpp/core_driver.cpp with every
-# csrc/core/**/*.cpp) under AddressSanitizer + UndefinedBehaviorSanitizer
-# (LeakSanitizer on) and, separately, ThreadSanitizer, and runs both.
+# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp and
+# tests/cpp/device_memory_driver.cpp, each with every csrc/core/**/*.cpp)
+# under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on) and,
+# separately, ThreadSanitizer, and runs them.
 #
 #   scripts/sanitize.sh                 full run
 #   TORCHMEM_QUICK=1 scripts/sanitize.sh   quick run for CI (smaller loops, -O0 builds)
@@ -45,6 +46,7 @@ probe() {
 }
 
 SOURCES=$(find csrc/core -name '*.cpp' | sort)
+DRIVERS="tests/cpp/core_driver.cpp tests/cpp/device_memory_driver.cpp"
 HEADERS=$(find csrc/core -name '*.h' | sort)
 HEADER_STAMP=$(cat $HEADERS | sha256sum | cut -c1-16)
 
@@ -58,7 +60,7 @@ build() {
   local key="$CXX $COMMON $flags $HEADER_STAMP"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$key" ]; then rm -f "$dir"/*.o; echo "$key" > "$stamp"; fi
   local jobs=()
-  for src in $SOURCES tests/cpp/core_driver.cpp; do
+  for src in $SOURCES $DRIVERS; do
     local obj="$dir/$(echo "$src" | tr / _).o"
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then jobs+=("$src|$obj"); fi
   done
@@ -68,9 +70,14 @@ build() {
       'src="${1%%|*}"; obj="${1##*|}"; '"$CXX $COMMON $flags"' -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"' _ {} >&2 \
       || return 1
   fi
-  rm -f "$dir/core_driver"
-  "$CXX" $COMMON $flags "$dir"/*.o -o "$dir/core_driver" >&2 || return 1
-  echo "$dir/core_driver"
+  local core_objs=() driver
+  for src in $SOURCES; do core_objs+=("$dir/$(echo "$src" | tr / _).o"); done
+  for src in $DRIVERS; do
+    driver="$(basename "$src" .cpp)"
+    rm -f "$dir/$driver"
+    "$CXX" $COMMON $flags "${core_objs[@]}" "$dir/$(echo "$src" | tr / _).o" -o "$dir/$driver" >&2 || return 1
+  done
+  echo "$dir"
 }
 
 status=0
@@ -83,12 +90,11 @@ for name in $SANITIZERS; do
     exit 2
   fi
   rm -f /tmp/torchmem_sanitize_probe.$$
-  if ! binary="$(build "$name")" || [ ! -x "$binary" ]; then
+  if ! bindir="$(build "$name")" || [ ! -d "$bindir" ]; then
     echo "== $name: BUILD FAILED" >&2
     status=1
     continue
   fi
-  echo "== $name: $binary $DRIVER_ARGS"
   case "$name" in
     asan)
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1"
@@ -99,7 +105,13 @@ for name in $SANITIZERS; do
       export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
       ;;
   esac
-  if ! "$binary" $DRIVER_ARGS; then
+  failed=""
+  for src in $DRIVERS; do
+    binary="$bindir/$(basename "$src" .cpp)"
+    echo "== $name: $binary $DRIVER_ARGS"
+    "$binary" $DRIVER_ARGS || failed=1
+  done
+  if [ -n "$failed" ]; then
     echo "== $name: FAILED" >&2
     status=1
   else

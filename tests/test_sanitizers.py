@@ -1,4 +1,5 @@
-"""The C++ reliability driver of the core (tests/cpp/core_driver.cpp): random
+"""The C++ reliability drivers of the core (tests/cpp/core_driver.cpp, and
+tests/cpp/device_memory_driver.cpp for DeviceMemory with threads): random
 sequences, threads, injected device faults and bad input for the caching
 allocator, arena, block pool, planner and replayer, with invariant checks.
 
@@ -59,5 +60,5 @@ def test_sanitizers_quick():
     if proc.returncode == 2:
         pytest.skip(f"the compiler lacks a sanitizer runtime: {proc.stderr.strip()[-500:]}")
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert proc.stdout.count("0 failures") == 2
+    assert proc.stdout.count("0 failures") == 4  # two drivers, two sanitizers
     assert "== asan: clean" in proc.stdout and "== tsan: clean" in proc.stdout

@@ -55,6 +55,7 @@
 #include "core/block.h"
 #include "core/device.h"
 #include "core/history.h"
+#include "core/out_of_memory.h"
 #include "core/stats.h"
 
 namespace torchmem {
@@ -63,19 +64,37 @@ class DeviceAllocator : public Allocator {
  public:
   using PendingFreeWaiter = std::function<std::vector<void*>()>;
 
+  // The defaults below keep a policy that does not implement these correct
+  // but coarser: its out of memory is counted where allocate() raises it,
+  // its two-step free frees at complete_free(), it cannot say a pointer's
+  // stream (uses are kept on every stream), and it does not block releases.
+  // CachingAllocator implements them all.
+
   // nullptr where allocate() would throw OutOfMemory; nothing is counted.
-  virtual void* try_allocate(size_t size, Stream stream = 0) = 0;
+  virtual void* try_allocate(size_t size, Stream stream = 0) {
+    try {
+      return allocate(size, stream);
+    } catch (const OutOfMemory&) {
+      return nullptr;
+    }
+  }
   // A cached free block only (no device call), else nullptr; nothing counted.
-  virtual void* allocate_cached(size_t size, Stream stream = 0) = 0;
+  virtual void* allocate_cached(size_t, Stream = 0) { return nullptr; }
   // Counts the out of memory of a request for `size` on `stream` and throws it.
-  [[noreturn]] virtual void throw_out_of_memory(size_t size, Stream stream) = 0;
+  [[noreturn]] virtual void throw_out_of_memory(size_t size, Stream stream) {
+    deallocate(allocate(size, stream));  // expected to throw; if it does not, report anyway
+    OomInfo info;
+    info.requested = size;
+    throw OutOfMemory(device().name() + " out of memory. Tried to allocate " + format_size(size) + ".", info);
+  }
   virtual bool try_deallocate(void* ptr) = 0;
-  virtual bool request_free(void* ptr) = 0;
-  virtual void complete_free(void* ptr) = 0;
-  // The stream a live allocation was made on (false: not a live allocation).
-  virtual bool allocation_stream(const void* ptr, Stream* stream) const = 0;
-  virtual void set_releases_blocked(bool blocked) = 0;
-  virtual void set_pending_free_waiter(PendingFreeWaiter waiter) = 0;
+  virtual bool request_free(void* ptr) { return owns(ptr); }
+  virtual void complete_free(void* ptr) { deallocate(ptr); }
+  // The stream a live allocation was made on (false: not a live allocation,
+  // or the policy does not know).
+  virtual bool allocation_stream(const void*, Stream*) const { return false; }
+  virtual void set_releases_blocked(bool) {}
+  virtual void set_pending_free_waiter(PendingFreeWaiter) {}
   virtual void empty_cache() = 0;
   virtual void add_free_memory_callback(std::function<bool()> callback) = 0;
   virtual void set_memory_fraction(double fraction) = 0;

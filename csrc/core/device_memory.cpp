@@ -168,6 +168,7 @@ void* DeviceMemory::allocate_main(DeviceAllocator& main, size_t size, Stream str
     }
   }
   main.throw_out_of_memory(size, stream);
+  return nullptr;  // not reached
 }
 
 // ---------------------------------------------------------------- frees
@@ -277,10 +278,11 @@ bool DeviceMemory::owns(const void* ptr) const {
 bool DeviceMemory::record_stream(void* ptr, Stream stream) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   const Owner owner = owner_locked(ptr);
-  if (owner.pool_or_main) {
-    Stream own = 0;
-    if (!owner.pool_or_main->allocation_stream(ptr, &own)) return false;
-    if (own == stream) return true;  // its own stream needs no wait, as PyTorch
+  Allocator* a = owner.routed ? owner.routed : static_cast<Allocator*>(owner.pool_or_main);
+  if (!a->owns(ptr)) return false;
+  Stream own = 0;
+  if (owner.pool_or_main && owner.pool_or_main->allocation_stream(ptr, &own) && own == stream) {
+    return true;  // its own stream needs no wait, as PyTorch
   }
   uses_.record(ptr, stream);
   return true;
