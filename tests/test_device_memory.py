@@ -73,6 +73,20 @@ def test_free_with_use_waits_for_the_event_and_allocated_drops_at_once():
     mem.check_invariants()
 
 
+def test_history_records_the_free_in_two_steps():
+    dev, mem = make()
+    mem.enable_history(100)
+    p = mem.allocate(MiB, S1)
+    mem.record_stream(p, S2)
+    mem.free(p)
+    assert [e["action"] for e in mem.history()][-2:] == ["alloc", "free_requested"]
+    dev.complete_events(S2)
+    mem.free(mem.allocate(512, S1))
+    actions = [(e["action"], e["addr"]) for e in mem.history()]
+    assert ("free_completed", p) in actions
+    assert actions.index(("free_requested", p)) < actions.index(("free_completed", p))
+
+
 def test_every_stream_must_finish():
     dev, mem = make()
     p = mem.allocate(MiB, S1)
@@ -120,7 +134,7 @@ def test_out_of_memory_is_counted_once():
     mem.record_stream(p, S2)
     mem.free(p)
     keep = mem.allocate(40 * MiB, S1)
-    with pytest.raises(_C.OutOfMemoryError):
+    with pytest.raises(_C.OutOfMemoryError, match="Tried to allocate 40.00 MiB"):
         mem.allocate(40 * MiB, S1)
     s = mem.stats()
     assert s["num_ooms"] == 1
