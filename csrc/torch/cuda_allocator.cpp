@@ -112,8 +112,9 @@ void CudaAllocator::install(const AllocatorConfig& config) {
   self->set_config(config);
   torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(self);
   // torch.accelerator's memory functions ask c10::GetAllocator(kCUDA), which
-  // changeCurrentAllocator leaves to the native allocator.
-  c10::SetAllocator(c10::kCUDA, self.get(), /*priority=*/0);
+  // changeCurrentAllocator leaves to the native allocator (a registration at
+  // priority 0 does not replace it, tests/cuda/test_cuda_build.py): take the highest.
+  c10::SetAllocator(c10::kCUDA, self.get(), std::numeric_limits<uint8_t>::max());
 }
 
 bool CudaAllocator::installed() { return c10cca::get() == instance().get(); }
