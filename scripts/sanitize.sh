@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp and
-# tests/cpp/stitch_driver.cpp, each linked with every csrc/core/**/*.cpp)
+# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp,
+# tests/cpp/stitch_driver.cpp and tests/cpp/device_memory_driver.cpp, each
+# linked with every csrc/core/**/*.cpp)
 # under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on)
 # and, separately, ThreadSanitizer, and runs them.
 #
@@ -46,7 +47,7 @@ probe() {
 }
 
 SOURCES=$(find csrc/core -name '*.cpp' | sort)
-DRIVERS="core_driver stitch_driver"  # tests/cpp/<name>.cpp, each with its own main()
+DRIVERS="core_driver stitch_driver device_memory_driver"  # tests/cpp/<name>.cpp, each with its own main()
 HEADERS=$(find csrc/core -name '*.h' | sort)
 HEADER_STAMP=$(cat $HEADERS | sha256sum | cut -c1-16)
 

@@ -192,8 +192,9 @@ def build_snapshot(
         blocks = []
         active_size = 0
         for b in seg["blocks"]:
-            if b["allocated"]:
-                state = "active_pending_free" if b["address"] in pending else "active_allocated"
+            if b["allocated"] or b.get("active"):
+                pending_free = not b["allocated"] or b["address"] in pending
+                state = "active_pending_free" if pending_free else "active_allocated"
                 active_size += b["size"]
                 block_frames = frames(alloc_context.get(b["address"], 0))
                 requested = b["requested_size"]

@@ -17,6 +17,7 @@ void bind_planner_streams(pybind11::module_& planner);  // on the planner submod
 void bind_paged(pybind11::module_& m);
 void bind_history(pybind11::module_& m);
 void bind_oom(pybind11::module_& m);
+void bind_device_memory(pybind11::module_& m);
 void bind_cuda(pybind11::module_& m);  // CUDA builds only (TORCHMEM_WITH_CUDA)
 
 }  // namespace torchmem::bindings

@@ -31,7 +31,18 @@ void bind_caching(py::module_& m) {
   py::class_<SimDevice, Device, std::shared_ptr<SimDevice>>(m, "SimDevice")
       .def(py::init<size_t, size_t, size_t>(), py::arg("capacity"), py::arg("page_size") = 2u << 20,
            py::arg("in_use_by_others") = 0)
-      .def_property_readonly("live_segments", &SimDevice::live_segments);
+      .def_property_readonly("live_segments", &SimDevice::live_segments)
+      .def("set_manual_events", &SimDevice::set_manual_events, py::arg("manual"),
+           "Events complete only when complete_events()/complete_all_events() or a synchronize says so.")
+      .def("complete_events", &SimDevice::complete_events, py::arg("stream"))
+      .def("complete_all_events", &SimDevice::complete_all_events)
+      .def("set_capturing", &SimDevice::set_capturing, py::arg("capturing"),
+           "While set, calls that would invalidate a CUDA graph capture raise (free, unmap, events).")
+      .def_property_readonly("live_events", &SimDevice::live_events)
+      .def_property_readonly("events_recorded", &SimDevice::events_recorded)
+      .def_property_readonly("synchronizations", &SimDevice::synchronizations)
+      .def_property_readonly("map_calls", &SimDevice::map_calls)
+      .def_property_readonly("unmap_calls", &SimDevice::unmap_calls);
 
   py::class_<Allocator, std::shared_ptr<Allocator>>(m, "Allocator")
       .def("owns", [](const Allocator& a, uintptr_t p) { return a.owns(reinterpret_cast<void*>(p)); });

@@ -67,6 +67,7 @@ py::list segments_to_list(const std::vector<SegmentInfo>& segments) {
       bd["size"] = b.size;
       bd["requested_size"] = b.requested_size;
       bd["allocated"] = b.allocated;
+      bd["active"] = b.active;
       bd["mapped"] = b.mapped;
       blocks.append(bd);
     }

@@ -2,6 +2,7 @@
 // only in a CUDA build (setup.py defines TORCHMEM_WITH_CUDA).
 #ifdef TORCHMEM_WITH_CUDA
 
+#include <c10/core/Allocator.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -95,6 +96,10 @@ void bind_cuda(py::module_& m) {
       py::arg("conf") = "",
       "Make torchmem PyTorch's CUDA allocator. Raises RuntimeError when CUDA is already initialised.");
   m.def("cuda_installed", &CudaAllocator::installed);
+  m.def(
+      "cuda_is_c10_allocator",
+      [] { return c10::GetAllocator(c10::kCUDA) == static_cast<c10::Allocator*>(CudaAllocator::instance().get()); },
+      "Whether c10::GetAllocator(kCUDA), behind torch.accelerator's memory functions, is torchmem's.");
   m.def(
       "cuda_caching_allocator", [](int device) { return CudaAllocator::instance()->caching(device); },
       py::arg("device"), "The caching allocator of a device's default pool (made on first use).");

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_paged(m);
   torchmem::bindings::bind_history(m);
   torchmem::bindings::bind_oom(m);
+  torchmem::bindings::bind_device_memory(m);
 #ifdef TORCHMEM_WITH_CUDA
   torchmem::bindings::bind_cuda(m);
 #endif

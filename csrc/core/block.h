@@ -2,8 +2,8 @@
 //
 // A segment is one range taken from the device; it is tiled by a doubly
 // linked list of blocks in address order (prev/next). A block is either
-// allocated (in CachingAllocator::live_blocks_) or free (in exactly one
-// BlockPool). Invariants (checked by CachingAllocator::check_invariants):
+// allocated (in CachingAllocator::live_blocks_; free_requested while its
+// free waits for other streams) or free (in exactly one BlockPool). Invariants (checked by CachingAllocator::check_invariants):
 //   block.addr + block.size == block.next->addr
 //   !(free(block) && free(block.next))           -- free neighbours merge
 //   block in pool  <=>  !block.allocated  (pool.blocks if mapped, else pool.unmapped)
@@ -28,7 +28,8 @@ struct Block {
   size_t requested_size = 0;   // what the caller asked for (allocated blocks)
   Stream stream = 0;
   BlockPool* pool = nullptr;
-  bool allocated = false;
+  bool allocated = false;      // in use: handed out, or its free waits (free_requested)
+  bool free_requested = false; // allocated, freed by the caller, still in use on other streams
   bool mapped = true;          // false: pages of an expandable segment not backed yet
   Block* prev = nullptr;
   Block* next = nullptr;
@@ -81,8 +82,9 @@ struct BlockInfo {
   uintptr_t addr = 0;
   size_t size = 0;
   size_t requested_size = 0;
-  bool allocated = false;
+  bool allocated = false;      // live: handed out and not freed
   bool mapped = true;
+  bool active = false;         // allocated, or freed and waiting for other streams
 };
 
 struct SegmentInfo {

@@ -150,30 +150,76 @@ bool CachingAllocator::trigger_free_memory_callbacks() {
   return freed;
 }
 
+CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream stream) {
+  Request r{size, 0, 0, stream, nullptr};
+  if (size > kMaxRequest) return r;  // r.pool null: refused before any rounding
+  r.size = round_size(size);
+  r.pool = &pool_for(r.size);
+  r.alloc_size = allocation_size(r.size, config_.large_segment_size);
+  return r;
+}
+
+Block* CachingAllocator::allocate_locked(Request& r) {
+  if (r.pool == nullptr) return nullptr;
+  Block* block = find_free_block(r);
+  if (!block && trigger_free_memory_callbacks()) block = find_free_block(r);
+  if (block) return block;
+  // Releases are blocked while a CUDA graph is captured (device_allocator.h).
+  if (!releases_blocked_ && fraction_set_ && config_.garbage_collection_threshold > 0.0) {
+    garbage_collect_cached_blocks();
+  }
+  if (allocate_segment(r, false)) return r.block;
+  if (releases_blocked_) return nullptr;
+  if (release_available_cached_blocks(r) && allocate_segment(r, false)) return r.block;
+  if (pending_free_waiter_) {
+    for (void* ptr : pending_free_waiter_()) {
+      auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+      if (it != live_blocks_.end() && it->second->free_requested) complete_free_locked(it->second);
+    }
+  }
+  release_cached_blocks();
+  return allocate_segment(r, true) ? r.block : nullptr;
+}
+
+void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
+  block = take_block(r, block);
+  live_blocks_.emplace(block->addr, block);
+  history_.record(Action::kAlloc, block->addr, r.requested, r.stream, context);  // the requested size, as PyTorch
+  return reinterpret_cast<void*>(block->addr);
+}
+
 void* CachingAllocator::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Request r{size, 0, 0, stream, nullptr};
-  if (size > kMaxRequest) throw_oom(r);
-  r.size = round_size(size);
-  r.pool = &pool_for(r.size);
-  r.alloc_size = allocation_size(r.size, config_.large_segment_size);
+  Request r = make_request(size, stream);
+  Block* block = allocate_locked(r);
+  if (!block) throw_oom(r);
+  return hand_out(r, block, context);
+}
 
-  Block* block = find_free_block(r);
-  if (!block && trigger_free_memory_callbacks()) block = find_free_block(r);
-  if (!block) {
-    if (fraction_set_ && config_.garbage_collection_threshold > 0.0) garbage_collect_cached_blocks();
-    const bool found = allocate_segment(r, false) ||
-                       (release_available_cached_blocks(r) && allocate_segment(r, false)) ||
-                       (release_cached_blocks(), allocate_segment(r, true));
-    if (!found) throw_oom(r);
-    block = r.block;
-  }
-  block = take_block(r, block);
-  live_blocks_.emplace(block->addr, block);
-  history_.record(Action::kAlloc, block->addr, size, stream, context);  // the requested size, as PyTorch
-  return reinterpret_cast<void*>(block->addr);
+void* CachingAllocator::try_allocate(size_t size, Stream stream) {
+  if (size == 0) return nullptr;
+  const uint64_t context = history_.context();
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  Request r = make_request(size, stream);
+  Block* block = allocate_locked(r);
+  return block ? hand_out(r, block, context) : nullptr;
+}
+
+void* CachingAllocator::allocate_cached(size_t size, Stream stream) {
+  if (size == 0) return nullptr;
+  const uint64_t context = history_.context();
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  Request r = make_request(size, stream);
+  Block* block = r.pool ? find_free_block(r) : nullptr;
+  return block ? hand_out(r, block, context) : nullptr;
+}
+
+void CachingAllocator::throw_out_of_memory(size_t size, Stream stream) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  Request r = make_request(size, stream);
+  throw_oom(r);
 }
 
 Block* CachingAllocator::find_free_block(Request& r) {
@@ -392,12 +438,31 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
 
 bool CachingAllocator::owns(const void* ptr) const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return live_blocks_.count(reinterpret_cast<uintptr_t>(ptr)) != 0;
+  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  return it != live_blocks_.end() && !it->second->free_requested;
 }
 
 bool CachingAllocator::has_live_allocations() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   return !live_blocks_.empty();
+}
+
+bool CachingAllocator::allocation_stream(const void* ptr, Stream* stream) const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_blocks_.end() || it->second->free_requested) return false;
+  *stream = it->second->stream;
+  return true;
+}
+
+void CachingAllocator::set_releases_blocked(bool blocked) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  releases_blocked_ = blocked;
+}
+
+void CachingAllocator::set_pending_free_waiter(PendingFreeWaiter waiter) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  pending_free_waiter_ = std::move(waiter);
 }
 
 void CachingAllocator::deallocate(void* ptr) {
@@ -413,20 +478,52 @@ bool CachingAllocator::try_deallocate(void* ptr) {
   if (ptr == nullptr) return true;
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_blocks_.end()) return false;
-  Block* block = it->second;
-  live_blocks_.erase(it);
+  if (it == live_blocks_.end() || it->second->free_requested) return false;
+  request_free_locked(it->second);
+  complete_free_locked(it->second);
+  return true;
+}
+
+bool CachingAllocator::request_free(void* ptr) {
+  if (ptr == nullptr) return false;
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_blocks_.end() || it->second->free_requested) return false;
+  request_free_locked(it->second);
+  return true;
+}
+
+void CachingAllocator::complete_free(void* ptr) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == live_blocks_.end() || !it->second->free_requested) {
+    throw std::logic_error("complete_free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
+                           ", whose free was not requested");
+  }
+  complete_free_locked(it->second);
+}
+
+// As PyTorch's free(): the allocation ends here, the block stays active.
+void CachingAllocator::request_free_locked(Block* block) {
   history_.record(Action::kFreeRequested, block->addr, block->requested_size, block->stream);
-  block->allocated = false;
+  block->free_requested = true;
   for_pool_stats(block->pool->is_small, [&](size_t t) {
     stats_.allocation[t].decrease(1);
     stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
-    stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
   });
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
+}
+
+// As PyTorch's free_block(): back to the cache.
+void CachingAllocator::complete_free_locked(Block* block) {
+  live_blocks_.erase(block->addr);
   history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
+  for_pool_stats(block->pool->is_small, [&](size_t t) {
+    stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
+  });
+  block->allocated = false;
+  block->free_requested = false;
   free_block(block);
-  return true;
 }
 
 void CachingAllocator::free_block(Block* block) {
@@ -498,6 +595,7 @@ bool CachingAllocator::release_cached_segment(uintptr_t addr) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  if (releases_blocked_) return;
   release_cached_blocks();
 }
 
@@ -614,11 +712,10 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
     seg.is_expandable = head->expandable != nullptr;
     for (const Block* b = head; b && b->mapped; b = b->next) {
       seg.total_size += b->size;
-      if (b->allocated) {
-        seg.allocated_size += b->size;
-        seg.requested_size += b->requested_size;
-      }
-      seg.blocks.push_back(BlockInfo{b->addr, b->size, b->requested_size, b->allocated, b->mapped});
+      const bool live = b->allocated && !b->free_requested;
+      if (live) seg.allocated_size += b->size;
+      if (b->allocated) seg.requested_size += b->requested_size;  // active blocks, as PyTorch
+      seg.blocks.push_back(BlockInfo{b->addr, b->size, b->requested_size, live, b->mapped, b->allocated});
     }
     out.push_back(std::move(seg));
   }
@@ -646,20 +743,25 @@ void CachingAllocator::check_invariants() const {
       if (b.addr != cursor) fail("blocks of segment " + hex(seg.addr) + " do not tile it at " + hex(b.addr));
       cursor += b.size;
       if (b.size == 0 || b.size % kMinBlockSize != 0) fail("block at " + hex(b.addr) + " has size " + std::to_string(b.size));
-      const bool is_free = !b.allocated;
+      const bool is_free = !b.active;
       if (is_free && previous_free) fail("two neighbouring free blocks at " + hex(b.addr));
+      if (b.allocated && !b.active) fail("block at " + hex(b.addr) + " is allocated but not active");
       previous_free = is_free;
       for (size_t t : {size_t(kAggregate), pool_stat}) {
+        if (b.active) {
+          expect.active[t].current += 1;
+          expect.active_bytes[t].current += static_cast<int64_t>(b.size);
+          expect.requested_bytes[t].current += static_cast<int64_t>(b.requested_size);
+        }
         if (b.allocated) {
           expect.allocation[t].current += 1;
           expect.allocated_bytes[t].current += static_cast<int64_t>(b.size);
-          expect.requested_bytes[t].current += static_cast<int64_t>(b.requested_size);
-        } else if (seg.blocks.size() > 1 && !seg.is_expandable) {
+        } else if (!b.active && seg.blocks.size() > 1 && !seg.is_expandable) {
           expect.inactive_split[t].current += 1;
           expect.inactive_split_bytes[t].current += static_cast<int64_t>(b.size);
         }
       }
-      (b.allocated ? live_blocks_seen : free_blocks_seen) += 1;
+      (b.active ? live_blocks_seen : free_blocks_seen) += 1;
     }
   }
   if (live_blocks_seen != live_blocks_.size()) fail("live block map out of step with the segments");
@@ -684,8 +786,6 @@ void CachingAllocator::check_invariants() const {
     fail("mapped pages (" + std::to_string(mapped_expandable) + " bytes) differ from the blocks in them (" +
          std::to_string(expandable_reserved) + ")");
   }
-  expect.active = expect.allocation;
-  expect.active_bytes = expect.allocated_bytes;
   const char* names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
                          "active_bytes", "inactive_split_bytes", "requested_bytes"};
   DeviceStats actual = stats_;

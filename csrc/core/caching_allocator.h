@@ -71,6 +71,9 @@ class CachingAllocator final : public DeviceAllocator {
   // blocks and retrying once; deallocate() throws std::invalid_argument for a
   // pointer that is not a live allocation (double free, foreign pointer).
   void* allocate(size_t size, Stream stream = 0) override;
+  void* try_allocate(size_t size, Stream stream = 0) override;
+  void* allocate_cached(size_t size, Stream stream = 0) override;
+  [[noreturn]] void throw_out_of_memory(size_t size, Stream stream) override;
   void deallocate(void* ptr) override;
   bool owns(const void* ptr) const override;
   bool has_live_allocations() const override;
@@ -78,6 +81,12 @@ class CachingAllocator final : public DeviceAllocator {
   // Like deallocate(), but returns false for a pointer this allocator does
   // not own instead of throwing (used by deleters that hand foreign pointers on).
   bool try_deallocate(void* ptr) override;
+  // Two-step free (device_allocator.h): the block stays active, uncached.
+  bool request_free(void* ptr) override;
+  void complete_free(void* ptr) override;
+  bool allocation_stream(const void* ptr, Stream* stream) const override;
+  void set_releases_blocked(bool blocked) override;
+  void set_pending_free_waiter(PendingFreeWaiter waiter) override;
 
   // Returns every cached, unsplit segment (and unmapped expandable pages) to
   // the device.
@@ -157,6 +166,11 @@ class CachingAllocator final : public DeviceAllocator {
     Block* block = nullptr;
   };
 
+  Request make_request(size_t size, Stream stream);
+  Block* allocate_locked(Request& r);  // nullptr: out of memory (nothing counted)
+  void* hand_out(Request& r, Block* block, uint64_t context);
+  void request_free_locked(Block* block);
+  void complete_free_locked(Block* block);
   Block* find_free_block(Request& r);
   bool allocate_segment(Request& r, bool is_retry);
   Block* allocate_expandable(Request& r);
@@ -202,6 +216,8 @@ class CachingAllocator final : public DeviceAllocator {
   bool fraction_set_ = false;  // a limit applies: memory_fraction_ < 1
   History history_;
   std::vector<std::function<bool()>> free_memory_callbacks_;
+  bool releases_blocked_ = false;
+  PendingFreeWaiter pending_free_waiter_;
 };
 
 }  // namespace torchmem

@@ -23,6 +23,28 @@
 //   back into it.
 // - set_memory_fraction(f) limits reserved bytes to f * device.total_bytes()
 //   (f = 1: no limit); std::invalid_argument outside [0, 1].
+// - allocate(size, stream) is try_allocate() or else
+//   throw_out_of_memory(size, stream): a caller that has other places to
+//   look (a pool used on OOM) calls the two itself, so an out of memory is
+//   counted (num_ooms, the trace's oom entry) once, when it is raised.
+// - A free in two steps, for memory still used on other streams (PyTorch's
+//   record_stream): request_free(ptr) ends the allocation (allocation,
+//   allocated_bytes and oversize_allocations drop, free_requested is
+//   recorded; false, changing nothing, when ptr is not a live allocation)
+//   but keeps the block active and out of the cache until complete_free(ptr)
+//   (free_completed; active, active_bytes and requested_bytes drop; the
+//   block is cached). complete_free throws std::logic_error for a pointer
+//   whose free was not requested. try_deallocate is the two at once.
+// - Releases blocked (set_releases_blocked(true), while a CUDA graph is
+//   captured): no cached segment goes back to the device and no page is
+//   unmapped: empty_cache() does nothing, garbage collection and the out of
+//   memory retry's releases are skipped. Allocation still maps and allocates.
+// - The pending-free waiter, when set, is called under the allocator's lock
+//   (releases not blocked) just before the out-of-memory retry releases every
+//   cached segment; it returns the pointers whose free it may now complete
+//   (their streams' work done), which the allocator completes first, as
+//   PyTorch synchronises its events there. It must not call back into the
+//   allocator.
 #pragma once
 
 #include <cstddef>
@@ -35,13 +57,46 @@
 #include "core/block.h"
 #include "core/device.h"
 #include "core/history.h"
+#include "core/out_of_memory.h"
 #include "core/stats.h"
 
 namespace torchmem {
 
 class DeviceAllocator : public Allocator {
  public:
+  using PendingFreeWaiter = std::function<std::vector<void*>()>;
+
+  // The defaults below keep a policy that does not implement these correct
+  // but coarser: its out of memory is counted where allocate() raises it,
+  // its two-step free frees at complete_free(), it cannot say a pointer's
+  // stream (uses are kept on every stream), and it does not block releases.
+  // CachingAllocator implements them all.
+
+  // nullptr where allocate() would throw OutOfMemory; nothing is counted.
+  virtual void* try_allocate(size_t size, Stream stream = 0) {
+    try {
+      return allocate(size, stream);
+    } catch (const OutOfMemory&) {
+      return nullptr;
+    }
+  }
+  // A cached free block only (no device call), else nullptr; nothing counted.
+  virtual void* allocate_cached(size_t, Stream = 0) { return nullptr; }
+  // Counts the out of memory of a request for `size` on `stream` and throws it.
+  [[noreturn]] virtual void throw_out_of_memory(size_t size, Stream stream) {
+    deallocate(allocate(size, stream));  // expected to throw; if it does not, report anyway
+    OomInfo info;
+    info.requested = size;
+    throw OutOfMemory(device().name() + " out of memory. Tried to allocate " + format_size(size) + ".", info);
+  }
   virtual bool try_deallocate(void* ptr) = 0;
+  virtual bool request_free(void* ptr) { return owns(ptr); }
+  virtual void complete_free(void* ptr) { deallocate(ptr); }
+  // The stream a live allocation was made on (false: not a live allocation,
+  // or the policy does not know).
+  virtual bool allocation_stream(const void*, Stream*) const { return false; }
+  virtual void set_releases_blocked(bool) {}
+  virtual void set_pending_free_waiter(PendingFreeWaiter) {}
   virtual void empty_cache() = 0;
   virtual void add_free_memory_callback(std::function<bool()> callback) = 0;
   virtual void set_memory_fraction(double fraction) = 0;

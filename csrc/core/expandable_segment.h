@@ -16,6 +16,9 @@
 // - unmap(addr, size) unmaps only the pages lying wholly inside the range
 //   and returns them as one range (size 0 when there are none).
 // - The destructor unmaps what is mapped and releases the address range.
+// - The device is called once per run of contiguous pages (map and unmap
+//   alike), so a multi-page map is one batch and an unmap waits for the
+//   device once (CudaDevice), not once per page.
 // Not thread safe: the owning allocator calls it under its lock.
 #pragma once
 
@@ -52,6 +55,9 @@ class ExpandableSegment {
   size_t page_left(uintptr_t addr) const { return (addr - base_) / page_size_; }
   size_t page_right(uintptr_t addr) const { return (addr - base_ + page_size_ - 1) / page_size_; }
   SegmentRange pages(size_t begin, size_t end) const { return {base_ + begin * page_size_, (end - begin) * page_size_}; }
+  template <typename F>
+  void for_each_run(size_t begin, size_t end, bool mapped, F f) const;
+  void unmap_runs(size_t begin, size_t end);
 
   Device& device_;
   Stream stream_;

@@ -28,13 +28,17 @@
 // that holds a lock may take another only of a higher rank, or of the same
 // rank and older:
 //   kRouting    the CPU install's routing table (glue): held while it asks a
-//               routed allocator whether it is still in use, or empties a cache.
+//               routed allocator whether it is still in use, or empties a cache;
+//               a DeviceMemory's lock (pools, routes), held while it calls
+//               its allocators.
 //   kWrapper    allocators that call another allocator under their own lock:
 //               arena (its fallback), planned slab (its fallback), recording
 //               allocator (its target). A wrapper is made after the allocator
 //               it wraps, so newest first is outermost first.
 //   kAllocator  caching allocators; their history ring is under this lock.
-//   kContext    a history's context provider slot (set under kAllocator).
+//   kContext    a history's context provider slot (set under kAllocator);
+//               StreamUses (taken under kAllocator by the out-of-memory
+//               waiter) and ContextStore.
 //   kDevice     a device's own bookkeeping (called under kAllocator); a device
 //               that wraps another is newer than it.
 //

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace torchmem {
 
@@ -66,8 +67,16 @@ uintptr_t SimDevice::allocate(size_t size) {
   return take_addresses(size, false);
 }
 
+void SimDevice::check_not_capturing(const char* call) const {
+  if (capturing_) {
+    throw std::logic_error(std::string("SimDevice: ") + call +
+                           " while a CUDA graph is captured (it would invalidate the capture)");
+  }
+}
+
 void SimDevice::free(uintptr_t addr, size_t size) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("free");
   used_ -= size;
   --live_;
   ranges_.erase(addr);
@@ -80,6 +89,7 @@ uintptr_t SimDevice::reserve(size_t size) {
 
 bool SimDevice::map(uintptr_t, size_t size) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  ++map_calls_;
   if (size > capacity_ - used_) return false;
   used_ += size;
   return true;
@@ -87,11 +97,14 @@ bool SimDevice::map(uintptr_t, size_t size) {
 
 void SimDevice::unmap(uintptr_t, size_t size) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("unmap");
+  ++unmap_calls_;
   used_ -= size;
 }
 
 void SimDevice::release(uintptr_t addr, size_t) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("release");
   ranges_.erase(addr);
 }
 
@@ -140,6 +153,94 @@ size_t SimDevice::offers_taken() const {
 size_t SimDevice::offers_refused() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   return offers_refused_;
+}
+
+EventId SimDevice::record_event(Stream stream) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("record_event");
+  const EventId id = ++next_event_;
+  events_.emplace(id, Event{stream, !manual_events_});
+  ++events_recorded_;
+  return id;
+}
+
+bool SimDevice::event_complete(EventId id) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("event_complete");
+  auto it = events_.find(id);
+  if (it == events_.end()) throw std::logic_error("SimDevice: unknown event " + std::to_string(id));
+  return it->second.complete;
+}
+
+void SimDevice::synchronize_event(EventId id) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  check_not_capturing("synchronize_event");
+  auto it = events_.find(id);
+  if (it == events_.end()) throw std::logic_error("SimDevice: unknown event " + std::to_string(id));
+  it->second.complete = true;
+  ++synchronizations_;
+}
+
+void SimDevice::destroy_event(EventId id) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  events_.erase(id);
+}
+
+void SimDevice::set_manual_events(bool manual) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  manual_events_ = manual;
+}
+
+size_t SimDevice::complete_events(Stream stream) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  size_t n = 0;
+  for (auto& [id, event] : events_) {
+    if (event.stream == stream && !event.complete) {
+      event.complete = true;
+      ++n;
+    }
+  }
+  return n;
+}
+
+size_t SimDevice::complete_all_events() {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  size_t n = 0;
+  for (auto& [id, event] : events_) {
+    n += !event.complete;
+    event.complete = true;
+  }
+  return n;
+}
+
+size_t SimDevice::live_events() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return events_.size();
+}
+
+size_t SimDevice::events_recorded() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return events_recorded_;
+}
+
+size_t SimDevice::synchronizations() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return synchronizations_;
+}
+
+size_t SimDevice::map_calls() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return map_calls_;
+}
+
+size_t SimDevice::unmap_calls() const {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return unmap_calls_;
+}
+
+void SimDevice::set_capturing(bool capturing) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  capturing_ = capturing;
 }
 
 }  // namespace torchmem

@@ -18,6 +18,18 @@
 // - adopt(addr, size) takes a segment at exactly `addr` (a segment that
 //   existed before the replay began); false when it overlaps a live range or
 //   exceeds what is free.
+// Events: by default an event is complete once recorded (no asynchrony), so
+// replays are unchanged. With set_manual_events(true) an event completes only
+// when a test says so: complete_events(stream) completes those recorded on a
+// stream so far, complete_all_events() every one; synchronize_event(id)
+// completes that event (the host waited for its stream). Counters tell what
+// the allocator asked of the device (events_recorded(), synchronizations(),
+// live_events()).
+// Capture: set_capturing(true) models a CUDA graph capture underway. The
+// calls that would invalidate it or free addresses baked into it then throw
+// std::logic_error naming the call: free, unmap, release, record_event,
+// event_complete, synchronize_event (allocate, reserve and map are allowed,
+// as cudaMalloc in relaxed capture mode is).
 // Thread safety: every method takes an internal mutex (a ForkSafeMutex of
 // rank kDevice, see fork_safety.h).
 #pragma once
@@ -25,6 +37,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "core/device.h"
 #include "core/fork_safety.h"
@@ -48,6 +61,23 @@ class SimDevice final : public Device {
   size_t total_bytes() const override { return capacity_; }
   size_t free_bytes() const override;
 
+  EventId record_event(Stream stream) override;
+  bool event_complete(EventId id) override;
+  void synchronize_event(EventId id) override;
+  void destroy_event(EventId id) override;
+
+  // Events and capture: see the header comment.
+  void set_manual_events(bool manual);
+  size_t complete_events(Stream stream);
+  size_t complete_all_events();
+  size_t live_events() const;
+  size_t events_recorded() const;
+  size_t synchronizations() const;
+  void set_capturing(bool capturing);
+  // map() and unmap() calls so far (expandable segments batch their pages).
+  size_t map_calls() const;
+  size_t unmap_calls() const;
+
   // Segments from allocate() or adopt() not yet freed (for leak checks;
   // mapped pages show in total_bytes() - free_bytes()).
   size_t live_segments() const;
@@ -69,6 +99,7 @@ class SimDevice final : public Device {
     size_t size;  // 0: a reserve() of any size
   };
   uintptr_t take_addresses(size_t size, bool reserving);
+  void check_not_capturing(const char* call) const;
   bool overlaps_live(uintptr_t addr, size_t size) const;
 
   const size_t capacity_;
@@ -81,6 +112,18 @@ class SimDevice final : public Device {
   std::deque<Offer> offers_;
   size_t offers_taken_ = 0;
   size_t offers_refused_ = 0;
+  struct Event {
+    Stream stream;
+    bool complete;
+  };
+  bool manual_events_ = false;
+  bool capturing_ = false;
+  EventId next_event_ = 0;
+  std::map<EventId, Event> events_;  // recorded and not destroyed
+  size_t events_recorded_ = 0;
+  size_t synchronizations_ = 0;
+  size_t map_calls_ = 0;
+  size_t unmap_calls_ = 0;
 };
 
 }  // namespace torchmem

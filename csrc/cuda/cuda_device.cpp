@@ -123,8 +123,10 @@ CudaDevice::CudaDevice(int index) : index_(index) {
 CudaDevice::~CudaDevice() {
   // Destroyed at process exit at the earliest (the glue keeps devices alive);
   // the driver may already be gone, so errors are ignored.
-  for (auto& [id, event] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
-  for (void* event : spare_events_) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  for (auto& [id, event] : events_) cudaEventDestroy(static_cast<cudaEvent_t>(event.event));
+  for (auto& [device, spares] : spare_events_) {
+    for (void* event : spares) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
 }
 
 uintptr_t CudaDevice::allocate(size_t size) {
@@ -153,50 +155,50 @@ uintptr_t CudaDevice::reserve(size_t size) {
   return static_cast<uintptr_t>(ptr);
 }
 
+// One batch per call: every page's handle is created, then every page is
+// mapped, then access is granted once for the whole range.
 bool CudaDevice::map(uintptr_t addr, size_t size) {
   const DriverApi& api = DriverApi::get();
   DeviceScope scope(index_);
   RelaxedCapture relaxed;
   const CUmemAllocationProp prop = page_properties(index_);
-  std::vector<std::pair<uintptr_t, CUmemGenericAllocationHandle>> mapped;
+  const size_t pages = (size + page_size_ - 1) / page_size_;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  handles.reserve(pages);
+  size_t mapped = 0;
   auto undo = [&] {
-    for (auto& [page, handle] : mapped) {
-      api.cuMemUnmap(static_cast<CUdeviceptr>(page), page_size_);
-      api.cuMemRelease(handle);
-    }
+    for (size_t i = 0; i < mapped; ++i) api.cuMemUnmap(static_cast<CUdeviceptr>(addr + i * page_size_), page_size_);
+    for (CUmemGenericAllocationHandle handle : handles) api.cuMemRelease(handle);
   };
-  for (uintptr_t page = addr; page < addr + size; page += page_size_) {
+  CUresult res = CUDA_SUCCESS;
+  while (handles.size() < pages) {
     CUmemGenericAllocationHandle handle = 0;
-    const CUresult res = api.cuMemCreate(&handle, page_size_, &prop, 0);
-    if (res == CUDA_ERROR_OUT_OF_MEMORY) {
-      undo();
-      return false;
-    }
-    try {
-      check_driver(res, "cuMemCreate");
-      check_driver(api.cuMemMap(static_cast<CUdeviceptr>(page), page_size_, 0, handle, 0), "cuMemMap");
-    } catch (...) {
-      api.cuMemRelease(handle);
-      undo();
-      throw;
-    }
-    mapped.emplace_back(page, handle);
+    res = api.cuMemCreate(&handle, page_size_, &prop, 0);
+    if (res != CUDA_SUCCESS) break;
+    handles.push_back(handle);
   }
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = index_;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult res = api.cuMemSetAccess(static_cast<CUdeviceptr>(addr), size, &access, 1);
+  for (; res == CUDA_SUCCESS && mapped < pages; ++mapped) {
+    res = api.cuMemMap(static_cast<CUdeviceptr>(addr + mapped * page_size_), page_size_, 0, handles[mapped], 0);
+    if (res != CUDA_SUCCESS) break;
+  }
+  if (res == CUDA_SUCCESS) {
+    CUmemAccessDesc access = {};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = index_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    res = api.cuMemSetAccess(static_cast<CUdeviceptr>(addr), pages * page_size_, &access, 1);
+  }
   if (res != CUDA_SUCCESS) {
     undo();
     if (res == CUDA_ERROR_OUT_OF_MEMORY) return false;
-    check_driver(res, "cuMemSetAccess");
+    check_driver(res, "cuMemCreate/cuMemMap/cuMemSetAccess");
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [page, handle] : mapped) page_handles_[page] = handle;
+  for (size_t i = 0; i < pages; ++i) page_handles_[addr + i * page_size_] = handles[i];
   return true;
 }
 
+// One wait for the device per call, however many pages it unmaps.
 void CudaDevice::unmap(uintptr_t addr, size_t size) {
   const DriverApi& api = DriverApi::get();
   DeviceScope scope(index_);
@@ -216,25 +218,37 @@ void CudaDevice::release(uintptr_t addr, size_t size) {
   check_driver(DriverApi::get().cuMemAddressFree(static_cast<CUdeviceptr>(addr), size), "cuMemAddressFree");
 }
 
+// The event is made and recorded on the stream's own device (a stream of
+// another GPU, as PyTorch's record_stream allows): recording it with another
+// device current would fail, and fail again at every later attempt.
 EventId CudaDevice::record_event(Stream stream) {
-  DeviceScope scope(index_);
+  const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
+  int device = index_;
+  {
+    DeviceScope own(index_);  // the legacy default stream is the current device's
+#if CUDART_VERSION >= 12080
+    check(cudaStreamGetDevice(cuda_stream, &device), "cudaStreamGetDevice");
+#endif
+  }
+  DeviceScope scope(device);
   cudaEvent_t event = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!spare_events_.empty()) {
-      event = static_cast<cudaEvent_t>(spare_events_.back());
-      spare_events_.pop_back();
+    auto& spares = spare_events_[device];
+    if (!spares.empty()) {
+      event = static_cast<cudaEvent_t>(spares.back());
+      spares.pop_back();
     }
   }
   if (!event) check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-  const cudaError_t err = cudaEventRecord(event, reinterpret_cast<cudaStream_t>(stream));
+  const cudaError_t err = cudaEventRecord(event, cuda_stream);
   std::lock_guard<std::mutex> lock(mutex_);
   if (err != cudaSuccess) {
-    spare_events_.push_back(event);
+    spare_events_[device].push_back(event);
     fail("cudaEventRecord", err);
   }
   const EventId id = ++next_event_;
-  events_.emplace(id, event);
+  events_.emplace(id, Event{event, device});
   return id;
 }
 
@@ -242,7 +256,7 @@ void* CudaDevice::event_for(EventId id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(id);
   if (it == events_.end()) throw std::logic_error("torchmem: unknown CUDA event " + std::to_string(id));
-  return it->second;
+  return it->second.event;
 }
 
 bool CudaDevice::event_complete(EventId id) {
@@ -263,7 +277,7 @@ void CudaDevice::destroy_event(EventId id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = events_.find(id);
   if (it == events_.end()) return;
-  spare_events_.push_back(it->second);
+  spare_events_[it->second.device].push_back(it->second.event);
   events_.erase(it);
 }
 

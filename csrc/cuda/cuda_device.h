@@ -6,14 +6,16 @@
 //   other CUDA error throws std::runtime_error.
 // - Expandable segments (Note [Expandable segments] in PyTorch's allocator):
 //   reserve() takes an address range with cuMemAddressReserve; map() backs
-//   it page by page (page_size(), 2 MiB or the device's granularity if
-//   larger) with cuMemCreate + cuMemMap, then grants this device read/write
-//   access with cuMemSetAccess; unmap() waits for the device, then
-//   cuMemUnmap + cuMemRelease; release() frees the range. The driver entry
+//   a range of pages (page_size(), 2 MiB or the device's granularity if
+//   larger) in one batch: cuMemCreate for each page, cuMemMap for each, then
+//   one cuMemSetAccess granting this device read/write access to the range;
+//   unmap() waits for the device once per call, then cuMemUnmap +
+//   cuMemRelease each page; release() frees the range. The driver entry
 //   points are looked up through the runtime (cudaGetDriverEntryPointByVersion),
 //   so nothing links libcuda directly.
 // - Events: record_event(stream) records a cudaEvent (created with
-//   cudaEventDisableTiming, recycled) on that stream; a Stream is the
+//   cudaEventDisableTiming, recycled per device) on that stream, made on the
+//   stream's own device (which may be another GPU); a Stream is the
 //   cudaStream_t's value (0 = the legacy default stream).
 // - total_bytes() is read once (cudaMemGetInfo); free_bytes() asks each time.
 // - Every call selects this device for its duration and restores the
@@ -75,8 +77,12 @@ class CudaDevice final : public Device {
 
   mutable std::mutex mutex_;
   std::map<uintptr_t, unsigned long long> page_handles_;  // page address -> CUmemGenericAllocationHandle
-  std::unordered_map<EventId, void*> events_;             // id -> cudaEvent_t
-  std::vector<void*> spare_events_;
+  struct Event {
+    void* event;  // cudaEvent_t
+    int device;   // the device of the stream it was recorded on
+  };
+  std::unordered_map<EventId, Event> events_;
+  std::unordered_map<int, std::vector<void*>> spare_events_;  // by device
   EventId next_event_ = 0;
 };
 

@@ -1,59 +1,54 @@
-// CudaAllocator: torchmem's caching allocator as PyTorch's CUDA allocator.
+// CudaAllocator: torchmem as PyTorch's CUDA allocator, a thin translation of
+// torch's calls and types onto the core.
 //
-// A C++ subclass of torch::cuda::CUDAPluggableAllocator: the pluggable base
-// routes malloc/free, empty_cache, the memory fraction, record_stream and the
-// CUDA graph pool calls to our hooks, and the overrides below make PyTorch's
-// own APIs report this allocator (a bare pluggable allocator breaks them):
-// torch.cuda.memory_stats() and friends (getDeviceStats, resetPeakStats,
-// resetAccumulatedStats), memory_snapshot() / _dump_snapshot() (snapshot),
-// _record_memory_history() (recordHistory), cudnn's workspace sizing
-// (cacheInfo) and torch.cuda.OutOfMemoryError (the malloc hook rethrows
-// torchmem::OutOfMemory as c10::OutOfMemoryError, after telling PyTorch's
-// out-of-memory observers and then torchmem's, oom_observers(), whose notes
-// end the message).
-//
-// State is per device (one CudaDevice and one CachingAllocator each, made on
-// first use, so no CUDA context is created on a device that is never used):
-// - Streams: a block freed after record_stream() on other streams is kept
-//   (still allocated in the caching allocator) until an event recorded on
-//   each of those streams completes. Events are polled at each allocation on
-//   the device, waited for in empty_cache() and before an out of memory error
-//   is raised (after which the allocation is retried once). While a CUDA
-//   graph is captured, such frees wait, without events, until the capture ends.
-// - CUDA graphs and torch.cuda.MemPool: each private pool is its own
-//   CachingAllocator on the same CudaDevice; beginAllocateToPool routes the
-//   allocations whose stream passes the filter to it until endAllocateToPool;
-//   releasePool drops a use and, at zero, empties the pool's cache and
-//   forgets it once its last block is freed. Device statistics add up the
-//   main allocator and the pools (peaks are summed, an upper bound).
-// - Thread allocators (torchmem.planned()): a thread may route its
-//   allocations on a device to another torchmem Allocator (a planned slab, a
-//   recorder) with push_thread_allocator(); a private pool route that takes
-//   the stream comes first. Frees ask the device's routed allocators
-//   owns(ptr) before its caching allocator, on any thread, with the same
-//   stream handling; a routed allocator stays registered until it is popped
-//   everywhere, held by nobody else and has no live allocation. Device
-//   statistics and snapshots see what routed allocators take from the
-//   caching allocator (a planned slab's region is one block of it).
+// The policy is in the core, tested on CPU (tests/test_device_memory.py,
+// tests/cpp/core_driver.cpp): one DeviceMemory (core/device_memory.h) per
+// GPU, over a CudaDevice (csrc/cuda/cuda_device.h), holds the main
+// allocator, the private pools of CUDA graphs and torch.cuda.MemPool, stream
+// uses with their events and deferred frees, routed thread allocators and the
+// capture rules. This class maps torch's calls onto it:
+// - allocate()/raw_alloc*(): the DataPtr carries this class's own deleter
+//   (raw_deleter(), context == data pointer), so neither allocation nor free
+//   passes through the pluggable base's pointer map and mutex. A free asks
+//   the devices' DeviceMemory in turn (the thread's last one first).
+// - record_stream: recordStream(DataPtr, CUDAStream) -> record_stream, for
+//   pointers this allocator made (as PyTorch, others are ignored); the event
+//   is recorded on the stream's own device (CudaDevice::record_event).
+// - beginAllocateToPool -> a route; it is a capture when the route's filter
+//   refuses the current stream at that moment (CUDAGraph::capture_begin opens
+//   the route before cudaStreamBeginCapture, and its filter takes only the
+//   capturing stream; use_mem_pool's takes every stream of its thread), and
+//   markCaptureBegin/End (torch 2.14+) mark captures too.
+//   endAllocateToPool, releasePool, createOrIncrefPool, getPoolUseCount,
+//   setUseOnOOM and emptyCache(pool) map one to one; the last four and
+//   releasePool never throw (torch.cuda.MemPool's destructor calls them).
+// - emptyCache(), setMemoryFraction, getDeviceStats (main allocator and pools
+//   added up), resetPeakStats, resetAccumulatedStats, cacheInfo (cudnn's
+//   workspace sizing), snapshot()/recordHistory() (the core's history with
+//   Python stacks kept in a ContextStore; every call under the allocators'
+//   locks), name() "torchmem".
+// - Out of memory: torchmem::OutOfMemory becomes c10::OutOfMemoryError
+//   ("CUDA out of memory. ..."), after PyTorch's observers (told the device,
+//   the size of the segment the allocator tried to get, the limit and the
+//   device's free bytes, as PyTorch's malloc) and torchmem's own
+//   (oom_observers(), whose notes end the message). Counted once (num_ooms).
 //
 // Installation: one swap per process, before CUDA initialises (PyTorch's
-// rule); install() throws std::runtime_error with what to do otherwise.
-// The allocator object lives for the whole process.
+// rule): install() throws std::runtime_error with what to do otherwise. It
+// also registers the allocator as c10::GetAllocator(kCUDA), which
+// torch.accelerator's memory functions and c10::getDeviceAllocator use.
+// Device state made before install() (torchmem.cuda.caching_allocator())
+// takes the installed config. The allocator lives for the whole process.
 //
 // Fork: a child forked after this process used CUDA through torchmem (its
 // first device state was made in an earlier fork_generation(), see
 // core/fork_safety.h) must not use CUDA, as with PyTorch. In such a child
-// malloc throws, and frees of the parent's CUDA tensors are dropped before
-// any lock or CUDA call (the memory belongs to the parent's CUDA context):
-// the child never waits on a lock a parent thread held (the glue's mutexes
-// and the pluggable base's are plain std::mutex, not held across fork). A
-// child forked before CUDA was used may use it as any process.
+// allocation throws, and frees of the parent's CUDA tensors are dropped
+// before any lock or CUDA call (the memory belongs to the parent's context).
 //
-// Thread safety: the caching allocators lock themselves; per-device glue
-// state (pools, routes, routed allocators, deferred frees) is under the
-// device's mutex, which is never held while calling into Python (stack
-// contexts are gathered first). Lock order: the device's mutex, then an
-// allocator's own lock (a routed allocator's, then its fallback's).
+// Thread safety: the core's classes lock themselves; the glue's own state is
+// written once per device (std::call_once) or under small mutexes never held
+// while calling into Python (stack contexts are gathered first).
 #pragma once
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -62,19 +57,17 @@
 
 #include <array>
 #include <atomic>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "core/alloc_config.h"
 #include "core/allocator.h"
 #include "core/caching_allocator.h"
+#include "core/context_store.h"
+#include "core/device_memory.h"
 #include "core/oom_observers.h"
-#include "core/fork_safety.h"
 #include "cuda/cuda_device.h"
 
 // Version differences are handled without guessing release numbers where
@@ -88,6 +81,15 @@ static_assert(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERS
 #else
 #define TORCHMEM_OVERRIDE_2_11
 #endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#define TORCHMEM_HAS_MARK_CAPTURE 1
+#endif
+
+// Every override of the glue says so: a signature that changes in a torch
+// release must fail to compile, not silently stop overriding (torch's own
+// headers, included above, are not held to this).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wsuggest-override"
 
 namespace torchmem::glue {
 
@@ -107,41 +109,61 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   static void install(const AllocatorConfig& config);
   static bool installed();
 
-  // The caching allocator of a device's default pool (made on first use).
+  // A device's policy, and its main caching allocator (made on first use).
+  DeviceMemory& memory(int device);
   std::shared_ptr<CachingAllocator> caching(int device);
   // Told of every out-of-memory error raised to PyTorch (with the device
   // index), after PyTorch's own observers; their notes end the message.
   OomObservers& oom_observers() { return note_observers_; }
-  // Frees waiting on stream events, and private pools alive, on a device.
   size_t pending_frees(int device);
   size_t pool_count(int device);
 
   // Until the matching pop, the calling thread's allocations on `device` go
   // to `allocator` (the innermost one pushed for that device, with the
-  // allocation's stream), unless a private pool route takes the stream. The
-  // allocator is called without the device's mutex when allocating and under
-  // it when freeing (and may be destroyed there, once unused): it may use the
-  // device's caching allocator as its fallback but must not call back into
-  // this class. Out of memory from it is reported as from the caching
-  // allocator (observers, torch.cuda.OutOfMemoryError).
-  // push: std::invalid_argument for a null allocator, std::runtime_error when
-  // torchmem is not PyTorch's CUDA allocator. pop: std::logic_error when this
-  // thread has nothing pushed for `device`.
+  // allocation's stream), unless a private pool route takes the stream. Frees
+  // find it on any thread (DeviceMemory::add_routed). It may use the device's
+  // caching allocator as its fallback but must not call back into this
+  // class. push: std::invalid_argument for a null allocator,
+  // std::runtime_error when torchmem is not PyTorch's CUDA allocator. pop:
+  // std::logic_error when this thread has nothing pushed for `device`.
   static void push_thread_allocator(int device, std::shared_ptr<torchmem::Allocator> allocator);
   static void pop_thread_allocator(int device);
 
-  // Overrides: PyTorch's statistics, snapshot and history APIs.
+  // The hot path, bypassing the pluggable base.
+  c10::DataPtr allocate(size_t size) override;
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pointer; }
+  void* raw_alloc(size_t size) override;
+  void* raw_alloc_with_stream(size_t size, cudaStream_t stream) override;
+  void raw_delete(void* ptr) override { free_pointer(ptr); }
+
+  // Caches, streams and private pools.
+  void emptyCache(c10::cuda::MempoolId_t mempool_id) override;
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override;
+  double getMemoryFraction(c10::DeviceIndex device) TORCHMEM_OVERRIDE_2_11;
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override;
+  void beginAllocateToPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
+                           std::function<bool(cudaStream_t)> filter) override;
+  void endAllocateToPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id) override;
+  void releasePool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id) override;
+  void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
+                          std::shared_ptr<c10cca::CUDAAllocator> allocator) TORCHMEM_OVERRIDE_2_11;
+  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id) TORCHMEM_OVERRIDE_2_11;
+  void setUseOnOOM(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id, bool use_on_oom) TORCHMEM_OVERRIDE_2_11;
+#ifdef TORCHMEM_HAS_MARK_CAPTURE
+  void markCaptureBegin(c10::DeviceIndex device) override;
+  void markCaptureEnd(c10::DeviceIndex device) override;
+#endif
+
+  // PyTorch's statistics, snapshot and history APIs.
   c10cca::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
   void resetPeakStats(c10::DeviceIndex device) override;
   void resetAccumulatedStats(c10::DeviceIndex device) override;
   void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override;
   std::string name() override { return "torchmem"; }
-
   // Signatures that differ between torch releases. TORCHMEM_OVERRIDE_2_11
   // marks those that match torch 2.11 to 2.14 (checked by
-  // scripts/check_cuda_build.sh against both with -Werror=suggest-override);
-  // the other overloads are for releases before 2.11, where they override
-  // instead.
+  // scripts/check_cuda_build.sh with -Werror=suggest-override); the other
+  // overloads are for releases before 2.11, where they override instead.
   c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces) TORCHMEM_OVERRIDE_2_11;
   c10cca::SnapshotInfo snapshot(c10::cuda::MempoolId_t mempool_id);
   void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
@@ -150,107 +172,51 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   void recordHistory(bool enabled, c10cca::CreateContextFn context_recorder, size_t alloc_trace_max_entries,
                      c10cca::RecordContext when, bool clear_history);
   bool isHistoryEnabled() TORCHMEM_OVERRIDE_2_11;
-  double getMemoryFraction(c10::DeviceIndex device) TORCHMEM_OVERRIDE_2_11;
   void attachOutOfMemoryObserver(c10cca::OutOfMemoryObserver observer) TORCHMEM_OVERRIDE_2_11;
-  // Drops the free in a forked child that inherited CUDA state (see Fork above).
-  void raw_delete(void* ptr) override;
-  void createOrIncrefPool(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id,
-                          std::shared_ptr<c10cca::CUDAAllocator> allocator) TORCHMEM_OVERRIDE_2_11;
-  int getPoolUseCount(c10::DeviceIndex device, c10::cuda::MempoolId_t mempool_id) TORCHMEM_OVERRIDE_2_11;
 
  private:
-  struct Pool {
-    std::shared_ptr<CachingAllocator> allocator;
-    int use_count = 0;
-  };
-  struct Route {
-    c10::cuda::MempoolId_t id;
-    std::function<bool(cudaStream_t)> filter;
-  };
-  // Who frees a pointer: a caching allocator (the main one or a pool's), or
-  // a routed thread allocator. Exactly one is set.
-  struct Owner {
-    CachingAllocator* caching = nullptr;
-    torchmem::Allocator* routed = nullptr;
-    torchmem::Allocator& allocator() const { return routed ? *routed : *caching; }
-  };
-  struct DeferredFree {
-    void* ptr;
-    Owner owner;
-    std::vector<Stream> streams;   // streams still to wait for
-    std::vector<EventId> events;   // recorded on them (empty until recorded)
-  };
   struct DeviceState {
-    explicit DeviceState(int index, const AllocatorConfig& config);
+    DeviceState(int index, const AllocatorConfig& config) : device(index), memory(device, config) {}
     cuda::CudaDevice device;
-    std::shared_ptr<CachingAllocator> main;
-    std::mutex mutex;
-    std::map<c10::cuda::MempoolId_t, Pool> pools;
-    // Released pools whose blocks are not all freed yet.
-    std::vector<std::pair<c10::cuda::MempoolId_t, std::shared_ptr<CachingAllocator>>> retired;
-    std::unordered_map<void*, CachingAllocator*> pool_blocks; // live blocks of pools
-    // Thread allocators pushed for this device, oldest first; kept while
-    // pushed, held elsewhere or owning live allocations.
-    std::vector<std::shared_ptr<torchmem::Allocator>> routed;
-    std::vector<Route> routes;                                // innermost last
-    std::unordered_map<void*, std::vector<Stream>> stream_uses;
-    std::deque<DeferredFree> deferred;
-    double fraction = -1.0;                                   // < 0: not set (the config's applies)
+    DeviceMemory memory;
   };
 
   CudaAllocator();
-
-  // Hooks installed on the pluggable base.
-  void* malloc_hook(size_t size, int device, cudaStream_t stream);
-  void free_hook(void* ptr, size_t size, int device, cudaStream_t stream);
-  void init_hook(int device_count);
-  void empty_cache_hook();
-  void memory_fraction_hook(double fraction, int device);
-  void record_stream_hook(void* ptr, cudaStream_t stream);
-  void begin_allocate_to_pool_hook(int device, c10::cuda::MempoolId_t id, std::function<bool(cudaStream_t)> filter);
-  void end_allocate_to_pool_hook(int device, c10::cuda::MempoolId_t id);
-  void release_pool_hook(int device, c10::cuda::MempoolId_t id);
-
+  static void free_pointer(void* ptr);
+  void* malloc_on(size_t size, int device, cudaStream_t stream);
+  [[noreturn]] void raise_out_of_memory(int device, const OutOfMemory& e);
   // Whether this process inherited CUDA state through fork() (see Fork above).
   bool inherited_through_fork() const;
-
   DeviceState& state(int device);
-  DeviceState* existing_state(int device);
-  CachingAllocator& target_for(DeviceState& s, cudaStream_t stream, bool* is_pool);
-  std::shared_ptr<CachingAllocator> make_allocator(DeviceState& s);
-  // Never throws for a routed owner's refusal (printed instead).
-  void deallocate_locked(DeviceState& s, void* ptr, Owner owner);
-  // A pool's block, else the newest routed allocator that owns ptr, else main.
-  Owner owner_locked(DeviceState& s, void* ptr);
-  // Forgets routed allocators nobody else holds and with nothing live.
-  static void drop_unused_routed_locked(DeviceState& s);
-  // Deferred frees: record events once no capture is under way, free blocks
-  // whose events completed (all of them, waiting, when `wait`).
-  void process_deferred_locked(DeviceState& s, bool wait);
-  bool capturing_locked(const DeviceState& s, cudaStream_t stream) const;
-  void enable_history(CachingAllocator& allocator);
+  DeviceState* existing_state(int device) const;
+  void set_config(const AllocatorConfig& config);
+  AllocatorConfig config() {
+    std::lock_guard<std::mutex> lock(config_mutex_);
+    return config_;
+  }
+  void enable_history(DeviceMemory& memory, bool clear);
   c10cca::SnapshotInfo make_snapshot(c10::cuda::MempoolId_t mempool_id, bool include_traces);
 
+  std::mutex config_mutex_;
   AllocatorConfig config_;
   std::array<std::atomic<DeviceState*>, kMaxDevices> devices_{};  // written once each, never freed
   std::array<std::once_flag, kMaxDevices> device_once_;
+  std::atomic<int> device_limit_{0};  // 1 + the highest index with a state
   static constexpr uint64_t kNoState = ~uint64_t(0);
   std::atomic<uint64_t> state_generation_{kNoState};  // fork_generation() when the first device state was made
   std::mutex observers_mutex_;
   std::vector<c10cca::OutOfMemoryObserver> oom_observers_;   // PyTorch's (attachOutOfMemoryObserver)
   OomObservers note_observers_;                              // torchmem's (oom_observers())
 
-  // History: settings for allocators made later, and the stack contexts the
-  // recorder gathered, by the id the core's history stores.
+  // History: the settings (for allocators made later) and the Python stacks.
   std::mutex history_mutex_;
   std::atomic<bool> history_enabled_{false};
   size_t history_max_entries_ = 0;
-  c10cca::CreateContextFn context_recorder_ = nullptr;
-  c10cca::RecordContext record_when_ = c10cca::RecordContext::NEVER;
-  uint64_t next_context_id_ = 0;
-  std::unordered_map<uint64_t, std::shared_ptr<c10::GatheredContext>> trace_contexts_;
-  std::deque<uint64_t> trace_context_order_;
-  std::unordered_map<void*, std::shared_ptr<c10::GatheredContext>> block_contexts_;
+  std::atomic<c10cca::CreateContextFn> context_recorder_{nullptr};  // null: no stacks gathered
+  std::atomic<bool> alloc_contexts_{false};                          // allocations keep their stacks
+  ContextStore contexts_;
 };
 
 }  // namespace torchmem::glue
+
+#pragma GCC diagnostic pop

@@ -109,3 +109,26 @@ def test_torch_dispatches_to_the_overrides_without_initialising_cuda():
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r == {"installed": True, "backend": "torchmem", "num_ooms": 0, "has_segments": True, "initialised": False}
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
+def test_install_makes_torchmem_c10s_cuda_allocator_without_a_gpu():
+    """changeCurrentAllocator swaps only CUDACachingAllocator::get(); install()
+    also registers torchmem as c10::GetAllocator(kCUDA). Neither touches CUDA,
+    so this runs without a GPU, in its own interpreter."""
+    if not tmcuda.cuda_glue_built():
+        pytest.skip("built without CUDA_HOME: the CUDA part was skipped")
+    from cuda_helpers import run_child
+
+    proc = run_child(
+        """
+        from torchmem import _C
+        before = _C.cuda_is_c10_allocator()
+        _C.cuda_install("")
+        print(before, _C.cuda_installed(), _C.cuda_is_c10_allocator(), torch.cuda.is_initialized())
+        """,
+        install=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "True", "True", "False"]
+

@@ -154,7 +154,9 @@ def test_record_stream_defers_reuse_until_the_other_stream_is_done():
             torch.cuda._sleep(200_000_000)  # keeps the side stream busy
             x.record_stream(side)
         del x
-        r = {"pending": tmcuda.pending_frees(0)}
+        # As PyTorch: allocated bytes drop at the free, active bytes when the stream is done.
+        r = {"pending": tmcuda.pending_frees(0), "allocated_while_pending": torch.cuda.memory_allocated(),
+             "active_while_pending": torch.cuda.memory_stats()["active_bytes.all.current"]}
         y = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda")
         r["reused_while_busy"] = y.data_ptr() == ptr
         torch.cuda.synchronize()
@@ -167,6 +169,7 @@ def test_record_stream_defers_reuse_until_the_other_stream_is_done():
         """
     )
     assert r["pending"] == 1
+    assert r["allocated_while_pending"] == 0 and r["active_while_pending"] == 1024 * 1024
     assert r["reused_while_busy"] is False
     assert r["pending_after_sync"] == 0
     assert r["reserved_after_empty"] == 0
@@ -242,6 +245,47 @@ def test_cuda_graph_capture_and_replay_with_a_private_pool():
     assert r["pools_after_output_freed"] == 0
 
 
+def test_mem_pool_use_mem_pool_graph_inside_and_destructor():
+    r = run_json(
+        """
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            a = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda")
+            torch.cuda.empty_cache()  # allowed inside use_mem_pool, as native
+            g = torch.cuda.CUDAGraph()
+            x = torch.ones(1024, device="cuda")
+            with torch.cuda.graph(g):
+                y = x * 2
+        r = {"pools": tmcuda.pool_count(0), "use_count": pool.use_count(),
+             "in_pool": any(s["segment_pool_id"] == pool.id for s in torch.cuda.memory._snapshot()["segments"])}
+        g.replay()
+        torch.cuda.synchronize()
+        r["replayed"] = float(y[0])
+        del g, y, x, a
+        del pool  # ~MemPool: setUseOnOOM, releasePool, emptyCache(id); none may throw
+        torch.cuda.empty_cache()
+        r["pools_after"] = tmcuda.pool_count(0)
+        r["reserved_after"] = torch.cuda.memory_reserved()
+        print(json.dumps(r))
+        """
+    )
+    assert r["in_pool"] and r["replayed"] == 2.0
+    assert r["pools_after"] == 0 and r["reserved_after"] == 0
+
+
+def test_accelerator_memory_functions_reach_torchmem():
+    r = run_json(
+        """
+        x = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda")
+        acc = getattr(torch.accelerator, "memory_allocated", None)
+        print(json.dumps({"has": acc is not None, "allocated": acc() if acc else None,
+                          "ours": torch.cuda.memory_allocated()}))
+        """
+    )
+    if r["has"]:
+        assert r["allocated"] == r["ours"] == 1024 * 1024
+
+
 def test_cudnn_benchmark_asks_cache_info():
     r = run_json(
         """
@@ -296,3 +340,20 @@ def test_each_gpu_has_its_own_state():
     assert r["device_of_segments"] == [1]
     assert r["owner1"] and not r["owner0"]
     assert r["b_device"] == 1
+
+
+@requires_two_gpus
+def test_record_stream_with_another_gpus_stream_leaves_no_sticky_error():
+    r = run_json(
+        """
+        other = torch.cuda.Stream(device=1)
+        x = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda:0")
+        x.record_stream(other)
+        del x
+        ys = [torch.empty(1024, device="cuda:0") for _ in range(3)]  # would raise with a sticky error
+        torch.cuda.synchronize(1)
+        torch.cuda.empty_cache()
+        print(json.dumps({"pending": tmcuda.pending_frees(0), "n": len(ys)}))
+        """
+    )
+    assert r["pending"] == 0 and r["n"] == 3
