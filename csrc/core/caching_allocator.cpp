@@ -82,7 +82,10 @@ std::string format_size(size_t bytes) {
 }
 
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
-    : device_(device), config_(config) {
+    : device_(device),
+      config_(config),
+      rounds_power2_divisions_(std::any_of(config.roundup_power2_divisions.begin(),
+                                           config.roundup_power2_divisions.end(), [](size_t d) { return d > 1; })) {
   if (config_.policy != Policy::kNative) {
     throw std::invalid_argument("CachingAllocator is the native policy; '" + config_.to_string() +
                                 "' asks for another: make it with make_device_allocator()");
@@ -122,8 +125,10 @@ void CachingAllocator::destroy_block(Block* block) {
 size_t CachingAllocator::round_size(size_t size) const {
   const size_t granule = config_.min_block_size;
   if (size < granule) return granule;
-  const size_t divisions = config_.divisions_for(size);
-  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  if (rounds_power2_divisions_) {
+    const size_t divisions = config_.divisions_for(size);
+    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  }
   return round_up_pow2(size, granule);
 }
 
@@ -175,8 +180,8 @@ Block* CachingAllocator::allocate_locked(Request& r) {
   if (release_available_cached_blocks(r) && allocate_segment(r, false)) return r.block;
   if (pending_free_waiter_) {
     for (void* ptr : pending_free_waiter_()) {
-      Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-      if (block && block->free_requested) complete_free_locked(block);
+      Block* pending = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+      if (pending && pending->free_requested) complete_free_locked(pending);
     }
   }
   release_cached_blocks();

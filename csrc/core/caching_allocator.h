@@ -202,6 +202,7 @@ class CachingAllocator final : public DeviceAllocator {
 
   Device& device_;
   AllocatorConfig config_;
+  const bool rounds_power2_divisions_;  // some interval of roundup_power2_divisions is over 1
   mutable ForkSafeMutex mutex_{LockRank::kAllocator};
   NodePool nodes_;  // blocks and container nodes; outlives the containers below
   BlockPool large_blocks_{false, &nodes_, config_.reuse_order};
