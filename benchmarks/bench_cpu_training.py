@@ -15,7 +15,9 @@ sequence 128, forward, backward and AdamW; two warm-up steps, then --steps
 timed steps. The runs alternate allocators round by round; the table gives
 each allocator's median step time, its ratio to glibc (or to the first
 allocator listed, when glibc is not run: median of the per-round ratios) and
-the minor page faults per step.
+the minor page faults per step. "CPU s" is the process's CPU time per step
+(all threads), which other work on a shared machine disturbs less than the
+wall time; with more than one thread it includes the threads' spin-waits.
 """
 from __future__ import annotations
 
@@ -58,14 +60,16 @@ def step():
 
 for _ in range(2):
     step()
-times = []
+times, cpu = [], []
 faults0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     step()
     times.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
-print(json.dumps({"allocator": allocator, "step_s": sorted(times)[len(times) // 2], "faults_per_step": faults / steps}))
+print(json.dumps({"allocator": allocator, "step_s": sorted(times)[len(times) // 2],
+                  "cpu_s": sorted(cpu)[len(cpu) // 2], "faults_per_step": faults / steps}))
 """
 
 
@@ -115,15 +119,20 @@ def main() -> None:
     for r in range(args.rounds):
         for a in allocators:
             results[a].append(run_one(a, confs.get(a, ""), args.steps, args.layers, args.threads))
-            print(f"round {r + 1}/{args.rounds} {a:<18} step {results[a][-1]['step_s']:.3f} s", file=sys.stderr)
+            x = results[a][-1]
+            print(f"round {r + 1}/{args.rounds} {a:<18} step {x['step_s']:.3f} s, CPU {x['cpu_s']:.3f} s", file=sys.stderr)
     ref = "glibc" if "glibc" in allocators else allocators[0]
     base = results[ref]
-    print(f"\n{'allocator':<18} {'median step s':>14} {'vs ' + ref:>18} {'minor faults/step':>18}")
+    print(f"\n{'allocator':<18} {'median step s':>14} {'vs ' + ref:>14} {'median CPU s':>13} {'CPU vs ' + ref:>14} "
+          f"{'minor faults/step':>18}")
     for a in allocators:
         steps = [x["step_s"] for x in results[a]]
+        cpu = [x["cpu_s"] for x in results[a]]
         ratio = statistics.median(x["step_s"] / b["step_s"] for x, b in zip(results[a], base))
+        cpu_ratio = statistics.median(x["cpu_s"] / b["cpu_s"] for x, b in zip(results[a], base))
         faults = statistics.median(x["faults_per_step"] for x in results[a])
-        print(f"{a:<18} {statistics.median(steps):>14.3f} {ratio:>18.3f} {faults:>18,.0f}")
+        print(f"{a:<18} {statistics.median(steps):>14.3f} {ratio:>14.3f} {statistics.median(cpu):>13.3f} "
+              f"{cpu_ratio:>14.3f} {faults:>18,.0f}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 
 Each run is a fresh process that keeps --tensors tensors of --floats float32
 each alive in a list and reports its resident set (VmRSS) before and after,
-so the difference is what the tensors cost: their data blocks plus PyTorch's
+(torch.ones: the data is written, so its pages are resident), so the
+difference is what the tensors cost: their data blocks plus PyTorch's
 and Python's objects, which every allocator pays alike. Allocators: glibc
 (PyTorch's default), torchmem as torchmem.install() sets it up on the CPU
 (min_block_size:64), torchmem with the native policy's 512 B blocks
@@ -38,9 +39,9 @@ def rss_mib():
 if allocator.startswith("torchmem"):
     import torchmem
     torchmem.install(conf=conf or None)
-torch.empty(floats)  # warm up whatever the first tensor sets up
+torch.ones(floats)  # warm up whatever the first tensor sets up
 before = rss_mib()
-keep = [torch.empty(floats) for _ in range(n)]
+keep = [torch.ones(floats) for _ in range(n)]  # written: their pages are resident
 after = rss_mib()
 out = {"allocator": allocator, "rss_mib": after, "tensors_mib": after - before}
 if allocator.startswith("torchmem"):

@@ -79,17 +79,9 @@ struct BlockPool {
     block->reuse_rank = --next_reuse_rank;
     blocks.insert(block);
   }
-  // One search, not erase(key)'s equal_range; a block not in the pool is left alone.
   void erase(Block* block) {
-    if (block->mapped) erase_from(blocks, block);
-    else erase_from(unmapped, block);
-  }
-
- private:
-  template <typename Set>
-  static void erase_from(Set& set, Block* block) {
-    auto it = set.find(block);
-    if (it != set.end()) set.erase(it);
+    if (block->mapped) blocks.erase(block);
+    else unmapped.erase(block);
   }
 };
 
