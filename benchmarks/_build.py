@@ -7,6 +7,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = [p for p in glob.glob(os.path.join(ROOT, "csrc/core/*.cpp"))]
+HEADERS = glob.glob(os.path.join(ROOT, "csrc/core/*.h"))
 
 
 def build(source: str, name: str, extra: list[str] | None = None) -> str:
@@ -15,7 +16,7 @@ def build(source: str, name: str, extra: list[str] | None = None) -> str:
     os.makedirs(out_dir, exist_ok=True)
     binary = os.path.join(out_dir, name)
     inputs = [source] + CORE
-    if os.path.exists(binary) and all(os.path.getmtime(binary) >= os.path.getmtime(p) for p in inputs):
+    if os.path.exists(binary) and all(os.path.getmtime(binary) >= os.path.getmtime(p) for p in inputs + HEADERS):
         return binary
     cmd = ["g++", "-O2", "-std=c++17", "-pthread", f"-I{ROOT}/csrc", "-o", binary, *inputs, *(extra or [])]
     subprocess.run(cmd, check=True)

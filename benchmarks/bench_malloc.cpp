@@ -1,5 +1,7 @@
 // Cost of a cached malloc+free pair in torchmem's core next to glibc's
-// malloc/free on the same size sequence, in one process.
+// malloc/free, and tcmalloc's when libtcmalloc_minimal can be opened (its
+// tc_malloc/tc_free, called directly: glibc stays the process's malloc), on
+// the same size sequence, in one process. torchmem runs the native policy.
 //
 // Two workloads, each over the same sequence of sizes (the ~20 distinct
 // sizes of a BERT-base step, 512 B to 16 MiB):
@@ -8,6 +10,8 @@
 //            one byte per 4 KiB page of each new block (so memory the
 //            allocator returned to the OS costs page faults again).
 // Prints one JSON object per (workload, allocator, repeat).
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -36,6 +40,20 @@ std::vector<size_t> size_sequence(size_t n) {
 struct Glibc {
   void* allocate(size_t n) { return std::malloc(n); }
   void deallocate(void* p) { std::free(p); }
+};
+
+struct Tcmalloc {
+  void* (*malloc_fn)(size_t) = nullptr;
+  void (*free_fn)(void*) = nullptr;
+  Tcmalloc() {
+    void* lib = dlopen("libtcmalloc_minimal.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    malloc_fn = reinterpret_cast<void* (*)(size_t)>(dlsym(lib, "tc_malloc"));
+    free_fn = reinterpret_cast<void (*)(void*)>(dlsym(lib, "tc_free"));
+  }
+  bool available() const { return malloc_fn && free_fn; }
+  void* allocate(size_t n) { return malloc_fn(n); }
+  void deallocate(void* p) { free_fn(p); }
 };
 
 struct Torchmem {
@@ -86,15 +104,25 @@ int main(int argc, char** argv) {
   const auto windows = size_sequence(4000);
   Glibc glibc;
   Torchmem ours;
-  pair_ns(glibc, pairs);  // warm up both
+  Tcmalloc tc;
+  pair_ns(glibc, pairs);  // warm up all
   pair_ns(ours, pairs);
   window_ns(glibc, windows);
   window_ns(ours, windows);
+  if (tc.available()) {
+    pair_ns(tc, pairs);
+    window_ns(tc, windows);
+  }
+  auto row = [](const char* workload, const char* allocator, double ns) {
+    std::printf("{\"workload\": \"%s\", \"allocator\": \"%s\", \"ns\": %.2f}\n", workload, allocator, ns);
+  };
   for (int r = 0; r < repeats; ++r) {
-    std::printf("{\"workload\": \"pair\", \"allocator\": \"glibc\", \"ns\": %.2f}\n", pair_ns(glibc, pairs));
-    std::printf("{\"workload\": \"pair\", \"allocator\": \"torchmem\", \"ns\": %.2f}\n", pair_ns(ours, pairs));
-    std::printf("{\"workload\": \"window\", \"allocator\": \"glibc\", \"ns\": %.2f}\n", window_ns(glibc, windows));
-    std::printf("{\"workload\": \"window\", \"allocator\": \"torchmem\", \"ns\": %.2f}\n", window_ns(ours, windows));
+    row("pair", "glibc", pair_ns(glibc, pairs));
+    row("pair", "torchmem", pair_ns(ours, pairs));
+    if (tc.available()) row("pair", "tcmalloc", pair_ns(tc, pairs));
+    row("window", "glibc", window_ns(glibc, windows));
+    row("window", "torchmem", window_ns(ours, windows));
+    if (tc.available()) row("window", "tcmalloc", window_ns(tc, windows));
   }
   return 0;
 }

@@ -1,9 +1,11 @@
-"""Cached malloc+free in torchmem's core vs glibc malloc/free, same sizes, same run.
+"""Cached malloc+free in torchmem's core vs glibc and tcmalloc, same sizes, same run.
 
     python benchmarks/bench_malloc.py [--repeats 7]
 
-Prints the median ns per operation of each allocator and the ratio
-torchmem / glibc for two workloads (see bench_malloc.cpp).
+Prints the median ns per operation of each allocator and the ratios
+torchmem / glibc and tcmalloc / glibc (medians of the per-repeat ratios)
+for two workloads (see bench_malloc.cpp). tcmalloc is measured when
+libtcmalloc_minimal.so.4 can be opened (Debian: libtcmalloc-minimal4).
 """
 from __future__ import annotations
 
@@ -22,15 +24,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    binary = build(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_malloc.cpp"), "bench_malloc")
+    binary = build(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_malloc.cpp"), "bench_malloc", ["-ldl"])
     out = subprocess.run([binary, str(args.repeats)], check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines()]
-    print(f"{'workload':<8} {'glibc ns':>10} {'torchmem ns':>12} {'ratio':>7}   (median of {args.repeats}; ratio = torchmem / glibc, paired)")
+    has_tc = any(r["allocator"] == "tcmalloc" for r in rows)
+    print(f"median of {args.repeats}; ratios to glibc are medians of the per-repeat ratios")
+    print(f"{'workload':<8} {'glibc ns':>10} {'torchmem ns':>12} {'torchmem/glibc':>15}" +
+          (f" {'tcmalloc ns':>12} {'tcmalloc/glibc':>15}" if has_tc else "   (tcmalloc not found)"))
     for workload in ("pair", "window"):
-        g = [r["ns"] for r in rows if r["workload"] == workload and r["allocator"] == "glibc"]
-        t = [r["ns"] for r in rows if r["workload"] == workload and r["allocator"] == "torchmem"]
-        ratio = statistics.median(b / a for a, b in zip(g, t))
-        print(f"{workload:<8} {statistics.median(g):>10.1f} {statistics.median(t):>12.1f} {ratio:>7.2f}")
+        ns = {a: [r["ns"] for r in rows if r["workload"] == workload and r["allocator"] == a]
+              for a in ("glibc", "torchmem", "tcmalloc")}
+        g = ns["glibc"]
+        line = f"{workload:<8} {statistics.median(g):>10.1f}"
+        for a in ("torchmem", "tcmalloc") if has_tc else ("torchmem",):
+            ratio = statistics.median(b / x for x, b in zip(g, ns[a]))
+            line += f" {statistics.median(ns[a]):>12.1f} {ratio:>15.2f}"
+        print(line)
 
 
 if __name__ == "__main__":

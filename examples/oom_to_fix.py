@@ -30,6 +30,9 @@ import torchmem
 from torchmem.cli import main as torchmem_cli
 from torchmem.replay import advise
 
+# PyTorch's own rules on the CPU too (torchmem's CPU settings off, docs/cpu.md),
+# so the run and its advice are those of PyTorch's CUDA allocator.
+NATIVE = "reuse_order:address,min_block_size:512"
 LENGTHS = [96, 480, 200, 640, 130, 560, 320, 700, 150, 600]  # tokens per sample, one length per step
 
 
@@ -56,7 +59,7 @@ def main() -> int:
     out = args.out or tempfile.mkdtemp(prefix="torchmem-oom-")
 
     print(f"== 1. Training in {args.capacity} with PyTorch's default allocator settings")
-    torchmem.install(conf=f"capacity:{args.capacity}", dump_on_oom=os.path.join(out, "oom_rank{rank}_pid{pid}.pickle"))
+    torchmem.install(conf=f"{NATIVE},capacity:{args.capacity}", dump_on_oom=os.path.join(out, "oom_rank{rank}_pid{pid}.pickle"))
     try:
         train()
     except torch.OutOfMemoryError as e:
@@ -80,7 +83,7 @@ def main() -> int:
         return 0
 
     print(f"\n== 4. Training again in {args.capacity} with {best.conf}")
-    torchmem.install(conf=f"{best.conf},capacity:{args.capacity}")
+    torchmem.install(conf=f"{NATIVE},{best.conf},capacity:{args.capacity}")
     train()
     print(f"Completed: peak reserved {torchmem.max_memory_reserved() / 2**20:.0f} MiB of {args.capacity}.")
     print(f"On a GPU: PYTORCH_CUDA_ALLOC_CONF={best.conf} (or TORCHMEM_ALLOC_CONF with torchmem installed).")

@@ -16,11 +16,16 @@ def resolve_conf(conf: str | None) -> str:
 
     Raises ValueError naming the key and its allowed values when it is bad.
     """
+    return _C.parse_config(given_conf(conf))
+
+
+def given_conf(conf: str | None) -> str:
+    """`conf` if given, else $TORCHMEM_ALLOC_CONF, else "", as written."""
     if conf is None:
         conf = os.environ.get(ENV_CONF, "")
     if not isinstance(conf, str):
         raise TypeError(f"conf must be a string like 'max_split_size_mb:128', not {type(conf).__name__}")
-    return _C.parse_config(conf)
+    return conf
 
 
 def install(kind: str = "caching", conf: str | None = None,
@@ -36,7 +41,10 @@ def install(kind: str = "caching", conf: str | None = None,
             defaults to $TORCHMEM_ALLOC_CONF. torchmem adds ``capacity``
             (e.g. "8GiB"), ``per_process_memory_fraction`` and ``policy``:
             ``native`` (PyTorch's rules, the default) or ``stitch`` (the
-            policy that needs the least memory, docs/stitch.md).
+            policy that needs the least memory, docs/stitch.md). On the CPU
+            the config applies over ``reuse_order:recent,min_block_size:64``
+            (torchmem.cpu_settings); give ``reuse_order:address,
+            min_block_size:512`` for the native policy there.
         dump_on_oom: True, or a path template, to call
             ``torchmem.dump_on_oom(path)`` once installed: history is recorded
             and an out-of-memory error writes a snapshot (True: the default
@@ -53,13 +61,16 @@ def install(kind: str = "caching", conf: str | None = None,
         from torchmem.oom.files import check_template
 
         check_template(dump_on_oom)  # a bad template is refused before anything is installed
-    conf = resolve_conf(conf)
+    given = given_conf(conf)
+    conf = resolve_conf(given)
     if torch.cuda.is_available():
         from torchmem.cuda import install_cuda
 
         install_cuda(kind, conf)
     else:
-        _C.cpu_install(conf)
+        from torchmem.cpu_settings import with_cpu_defaults
+
+        _C.cpu_install(with_cpu_defaults(given))  # the keys as given: a native value overrides a CPU default
     from torchmem.oom import dump
 
     dump.after_install()

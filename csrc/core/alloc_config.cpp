@@ -15,7 +15,8 @@ namespace {
 const char* kKeys =
     "large_segment_size_mb, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, "
     "garbage_collection_threshold, expandable_segments, per_process_memory_fraction, backend, "
-    "release_lock_on_cudamalloc, pinned_* and the other keys of PyTorch's pinned allocator, capacity, policy";
+    "release_lock_on_cudamalloc, pinned_* and the other keys of PyTorch's pinned allocator, capacity, policy, "
+    "reuse_order, min_block_size";
 
 constexpr size_t kMB = 1024 * 1024;
 constexpr size_t kMaxPinnedRegisterThreads = 128;  // CUDAAllocatorConfig::pinned_max_register_threads
@@ -233,6 +234,16 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text) {
     } else if (key == "capacity") {
       c.capacity = parse_size(value);
       if (c.capacity == 0) fail(key, value, "a size greater than zero");
+    } else if (key == "reuse_order") {
+      if (value == "address") c.reuse_order = ReuseOrder::kAddress;
+      else if (value == "recent") c.reuse_order = ReuseOrder::kRecent;
+      else fail(key, value, "address (lowest address first among equal sizes, native) or recent (most recently freed first)");
+    } else if (key == "min_block_size") {
+      const std::string allowed = "a power of two number of bytes from " + std::to_string(kMinCpuBlockSize) + " to " +
+                                  std::to_string(kMinBlockSize) + " (native: " + std::to_string(kMinBlockSize) + ")";
+      const size_t v = parse_count(key, value, allowed);
+      if (!is_power_of_two(v) || v < kMinCpuBlockSize || v > kMinBlockSize) fail(key, value, allowed);
+      c.min_block_size = v;
     } else {
       throw std::invalid_argument("allocator config: unknown key '" + key + "' (keys: " + kKeys + ")");
     }
@@ -272,6 +283,8 @@ std::string AllocatorConfig::to_string() const {
   if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
   if (capacity != 0) item("capacity", std::to_string(capacity));
   if (policy == Policy::kStitch) item("policy", "stitch");
+  if (reuse_order == ReuseOrder::kRecent) item("reuse_order", "recent");
+  if (min_block_size != kMinBlockSize) item("min_block_size", std::to_string(min_block_size));
   return out.str();
 }
 

@@ -32,6 +32,8 @@
 // max_non_split_rounding_mb, roundup_power2_divisions, expandable_segments)
 // are accepted and have no effect; capacity, per_process_memory_fraction
 // and garbage_collection_threshold apply.
+// Two CPU settings depart from the native policy (Note [CPU settings]):
+// reuse_order and min_block_size.
 // parse() throws std::invalid_argument naming the key and what it accepts.
 #pragma once
 
@@ -43,7 +45,8 @@
 
 namespace torchmem {
 
-constexpr size_t kMinBlockSize = 512;          // all sizes round up to 512 B
+constexpr size_t kMinBlockSize = 512;          // all sizes round up to 512 B (native policy)
+constexpr size_t kMinCpuBlockSize = 64;        // the least min_block_size: c10's CPU alignment
 constexpr size_t kSmallSize = 1048576;         // largest "small" request: 1 MiB
 constexpr size_t kSmallBuffer = 2097152;       // small-pool segments: 2 MiB
 constexpr size_t kLargeBuffer = 20971520;      // default large_segment_size: 20 MiB
@@ -53,6 +56,18 @@ constexpr size_t kRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB, one per 
 
 // Which DeviceAllocator make_device_allocator() builds (device_allocator.h).
 enum class Policy : uint8_t { kNative, kStitch };
+
+// Note [CPU settings]
+// Two settings change decisions, so the native policy (and the simulated
+// and CUDA devices) keeps their defaults; torchmem.install() turns them on
+// for the CPU only (torchmem/_install.py, CPU_DEFAULTS):
+// - reuse_order: among the free blocks of the best-fitting size, the one with
+//   the lowest address (address, native) or the one most recently put back
+//   in its pool (recent): its cache lines are the likeliest to be warm.
+// - min_block_size: the rounding granule and the least block, 512 B in the
+//   native policy (PyTorch's GPU rule); a power of two from 64 B (c10's CPU
+//   alignment) lets tiny tensors cost about what glibc charges.
+enum class ReuseOrder : uint8_t { kAddress, kRecent };
 
 struct AllocatorConfig {
   // Segments for requests of 1 to 10 MiB, and the large pool's expandable
@@ -68,6 +83,8 @@ struct AllocatorConfig {
   double per_process_memory_fraction = 1.0;
   size_t capacity = 0;  // 0: the device's own
   Policy policy = Policy::kNative;
+  ReuseOrder reuse_order = ReuseOrder::kAddress;
+  size_t min_block_size = kMinBlockSize;  // a power of two, kMinCpuBlockSize .. kMinBlockSize
 
   static AllocatorConfig parse(const std::string& text);
   // Divisions that apply to a request of `size` bytes (0 or 1: none).

@@ -14,6 +14,7 @@
 #include <set>
 #include <vector>
 
+#include "core/alloc_config.h"
 #include "core/device.h"
 #include "core/node_pool.h"
 
@@ -34,17 +35,22 @@ struct Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   int64_t gc_count_base = 0;   // pool's get_free_blocks_call_count when cached
+  uint64_t reuse_rank = 0;     // smaller: cached more recently (BlockPool::insert; reuse_order recent)
   ExpandableSegment* expandable = nullptr;
 
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
 // Best fit: the smallest block of the request's stream that is large enough,
-// lowest address first among equals.
+// lowest address first among equals (native), or most recently cached first
+// (reuse_order recent, Note [CPU settings]). A search key with addr and
+// reuse_rank 0 comes before every block of its stream and size.
 struct BlockBySize {
+  bool most_recent_first = false;
   bool operator()(const Block* a, const Block* b) const {
     if (a->stream != b->stream) return a->stream < b->stream;
     if (a->size != b->size) return a->size < b->size;
+    if (most_recent_first) return a->reuse_rank < b->reuse_rank;
     return a->addr < b->addr;
   }
 };
@@ -58,17 +64,19 @@ struct BlockByAddress {
 };
 
 struct BlockPool {
-  BlockPool(bool small, NodePool* nodes)
-      : blocks(BlockBySize{}, PoolAllocator<Block*>(nodes)),
+  BlockPool(bool small, NodePool* nodes, ReuseOrder order = ReuseOrder::kAddress)
+      : blocks(BlockBySize{order == ReuseOrder::kRecent}, PoolAllocator<Block*>(nodes)),
         unmapped(BlockByAddress{}, PoolAllocator<Block*>(nodes)),
         is_small(small) {}
   std::set<Block*, BlockBySize, PoolAllocator<Block*>> blocks;        // free, mapped blocks
   std::set<Block*, BlockByAddress, PoolAllocator<Block*>> unmapped;   // free, unmapped ranges of expandable segments
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;  // ages blocks for garbage collection
+  uint64_t next_reuse_rank = UINT64_MAX;   // counts down: the newest block ranks first
 
   void insert(Block* block) {
     block->gc_count_base = get_free_blocks_call_count;
+    block->reuse_rank = --next_reuse_rank;
     blocks.insert(block);
   }
   void erase(Block* block) {

@@ -41,6 +41,7 @@ namespace {
 constexpr size_t kMaxRequest = size_t(1) << 60;
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+size_t round_up_pow2(size_t n, size_t m) { return (n + m - 1) & ~(m - 1); }
 
 size_t allocation_size(size_t size, size_t large_segment_size) {
   if (size <= kSmallSize) return kSmallBuffer;
@@ -81,7 +82,10 @@ std::string format_size(size_t bytes) {
 }
 
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
-    : device_(device), config_(config) {
+    : device_(device),
+      config_(config),
+      rounds_power2_divisions_(std::any_of(config.roundup_power2_divisions.begin(),
+                                           config.roundup_power2_divisions.end(), [](size_t d) { return d > 1; })) {
   if (config_.policy != Policy::kNative) {
     throw std::invalid_argument("CachingAllocator is the native policy; '" + config_.to_string() +
                                 "' asks for another: make it with make_device_allocator()");
@@ -97,7 +101,7 @@ CachingAllocator::~CachingAllocator() {
     all.insert(all.end(), pool->blocks.begin(), pool->blocks.end());
     all.insert(all.end(), pool->unmapped.begin(), pool->unmapped.end());
   }
-  for (auto& kv : live_blocks_) all.push_back(kv.second);
+  live_blocks_.for_each([&](Block* b) { all.push_back(b); });
   for (Block* b : all) {
     if (b->prev == nullptr && b->expandable == nullptr) {
       size_t total = 0;
@@ -119,10 +123,13 @@ void CachingAllocator::destroy_block(Block* block) {
 }
 
 size_t CachingAllocator::round_size(size_t size) const {
-  if (size < kMinBlockSize) return kMinBlockSize;
-  const size_t divisions = config_.divisions_for(size);
-  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
-  return round_up(size, kMinBlockSize);
+  const size_t granule = config_.min_block_size;
+  if (size < granule) return granule;
+  if (rounds_power2_divisions_) {
+    const size_t divisions = config_.divisions_for(size);
+    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  }
+  return round_up_pow2(size, granule);
 }
 
 size_t CachingAllocator::limit_bytes() const {
@@ -173,8 +180,8 @@ Block* CachingAllocator::allocate_locked(Request& r) {
   if (release_available_cached_blocks(r) && allocate_segment(r, false)) return r.block;
   if (pending_free_waiter_) {
     for (void* ptr : pending_free_waiter_()) {
-      auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-      if (it != live_blocks_.end() && it->second->free_requested) complete_free_locked(it->second);
+      Block* pending = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+      if (pending && pending->free_requested) complete_free_locked(pending);
     }
   }
   release_cached_blocks();
@@ -183,7 +190,7 @@ Block* CachingAllocator::allocate_locked(Request& r) {
 
 void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
   block = take_block(r, block);
-  live_blocks_.emplace(block->addr, block);
+  live_blocks_.insert(block->addr, block);
   history_.record(Action::kAlloc, block->addr, r.requested, r.stream, context);  // the requested size, as PyTorch
   return reinterpret_cast<void*>(block->addr);
 }
@@ -191,8 +198,8 @@ void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
 void* CachingAllocator::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
+  Request r = make_request(size, stream);  // reads only the config: done before the lock
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Request r = make_request(size, stream);
   Block* block = allocate_locked(r);
   if (!block) throw_oom(r);
   return hand_out(r, block, context);
@@ -383,7 +390,7 @@ void CachingAllocator::garbage_collect_cached_blocks() {
 
 bool CachingAllocator::should_split(const Block* block, size_t size) const {
   const size_t remaining = block->size - size;
-  if (block->pool->is_small || config_.expandable_segments) return remaining >= kMinBlockSize;
+  if (block->pool->is_small || config_.expandable_segments) return remaining >= config_.min_block_size;
   return size < config_.max_split_size && remaining > kSmallSize;
 }
 
@@ -438,8 +445,8 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
 
 bool CachingAllocator::owns(const void* ptr) const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  return it != live_blocks_.end() && !it->second->free_requested;
+  const Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  return block && !block->free_requested;
 }
 
 bool CachingAllocator::has_live_allocations() const {
@@ -449,9 +456,9 @@ bool CachingAllocator::has_live_allocations() const {
 
 bool CachingAllocator::allocation_stream(const void* ptr, Stream* stream) const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_blocks_.end() || it->second->free_requested) return false;
-  *stream = it->second->stream;
+  Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!block || block->free_requested) return false;
+  *stream = block->stream;
   return true;
 }
 
@@ -477,30 +484,30 @@ void CachingAllocator::deallocate(void* ptr) {
 bool CachingAllocator::try_deallocate(void* ptr) {
   if (ptr == nullptr) return true;
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_blocks_.end() || it->second->free_requested) return false;
-  request_free_locked(it->second);
-  complete_free_locked(it->second);
+  Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!block || block->free_requested) return false;
+  request_free_locked(block);
+  complete_free_locked(block);
   return true;
 }
 
 bool CachingAllocator::request_free(void* ptr) {
   if (ptr == nullptr) return false;
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_blocks_.end() || it->second->free_requested) return false;
-  request_free_locked(it->second);
+  Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!block || block->free_requested) return false;
+  request_free_locked(block);
   return true;
 }
 
 void CachingAllocator::complete_free(void* ptr) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto it = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (it == live_blocks_.end() || !it->second->free_requested) {
+  Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (!block || !block->free_requested) {
     throw std::logic_error("complete_free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
                            ", whose free was not requested");
   }
-  complete_free_locked(it->second);
+  complete_free_locked(block);
 }
 
 // As PyTorch's free(): the allocation ends here, the block stays active.
@@ -516,7 +523,7 @@ void CachingAllocator::request_free_locked(Block* block) {
 
 // As PyTorch's free_block(): back to the cache.
 void CachingAllocator::complete_free_locked(Block* block) {
-  live_blocks_.erase(block->addr);
+  live_blocks_.take(block->addr);
   history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
   for_pool_stats(block->pool->is_small, [&](size_t t) {
     stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
@@ -698,9 +705,9 @@ std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
       if (is_head(b)) heads.push_back(b);
     }
   }
-  for (const auto& kv : live_blocks_) {
-    if (is_head(kv.second)) heads.push_back(kv.second);
-  }
+  live_blocks_.for_each([&](const Block* b) {
+    if (is_head(b)) heads.push_back(b);
+  });
   std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->addr < b->addr; });
   std::vector<SegmentInfo> out;
   out.reserve(heads.size());
@@ -742,7 +749,7 @@ void CachingAllocator::check_invariants() const {
     for (const BlockInfo& b : seg.blocks) {
       if (b.addr != cursor) fail("blocks of segment " + hex(seg.addr) + " do not tile it at " + hex(b.addr));
       cursor += b.size;
-      if (b.size == 0 || b.size % kMinBlockSize != 0) fail("block at " + hex(b.addr) + " has size " + std::to_string(b.size));
+      if (b.size == 0 || b.size % config_.min_block_size != 0) fail("block at " + hex(b.addr) + " has size " + std::to_string(b.size));
       const bool is_free = !b.active;
       if (is_free && previous_free) fail("two neighbouring free blocks at " + hex(b.addr));
       if (b.allocated && !b.active) fail("block at " + hex(b.addr) + " is allocated but not active");
@@ -779,9 +786,9 @@ void CachingAllocator::check_invariants() const {
       if (b->next && !b->next->mapped && !b->next->allocated) fail("two neighbouring unmapped blocks at " + hex(b->addr));
     }
   }
-  for (const auto& kv : live_blocks_) {
-    if (kv.second->expandable) expandable_reserved += kv.second->size;
-  }
+  live_blocks_.for_each([&](const Block* b) {
+    if (b->expandable) expandable_reserved += b->size;
+  });
   if (expandable_reserved != mapped_expandable) {
     fail("mapped pages (" + std::to_string(mapped_expandable) + " bytes) differ from the blocks in them (" +
          std::to_string(expandable_reserved) + ")");

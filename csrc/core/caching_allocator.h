@@ -7,13 +7,13 @@
 // Ownership: the allocator owns every segment it took from the device and
 // gives them back in empty_cache() and in its destructor (live allocations
 // included: destroying an allocator with live blocks invalidates them).
-// Pointers returned by allocate() are aligned to 512 bytes.
+// Pointers returned by allocate() are aligned to config().min_block_size
+// bytes (512 in the native policy; at least 64).
 #pragma once
 
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "core/alloc_config.h"
@@ -24,6 +24,7 @@
 #include "core/expandable_segment.h"
 #include "core/fork_safety.h"
 #include "core/history.h"
+#include "core/live_block_map.h"
 #include "core/node_pool.h"
 #include "core/out_of_memory.h"
 #include "core/stats.h"
@@ -201,14 +202,12 @@ class CachingAllocator final : public DeviceAllocator {
 
   Device& device_;
   AllocatorConfig config_;
+  const bool rounds_power2_divisions_;  // some interval of roundup_power2_divisions is over 1
   mutable ForkSafeMutex mutex_{LockRank::kAllocator};
   NodePool nodes_;  // blocks and container nodes; outlives the containers below
-  BlockPool large_blocks_{false, &nodes_};
-  BlockPool small_blocks_{true, &nodes_};
-  using LiveMap = std::unordered_map<uintptr_t, Block*, std::hash<uintptr_t>, std::equal_to<uintptr_t>,
-                                     PoolAllocator<std::pair<const uintptr_t, Block*>>>;
-  LiveMap live_blocks_{64, std::hash<uintptr_t>{}, std::equal_to<uintptr_t>{},
-                       PoolAllocator<std::pair<const uintptr_t, Block*>>(&nodes_)};
+  BlockPool large_blocks_{false, &nodes_, config_.reuse_order};
+  BlockPool small_blocks_{true, &nodes_, config_.reuse_order};
+  LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   DeviceStats stats_;
   size_t total_reserved_ = 0;

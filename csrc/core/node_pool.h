@@ -15,7 +15,9 @@ namespace torchmem {
 
 class NodePool {
  public:
-  static constexpr size_t kChunk = 128;
+  // Fits a Block (caching allocator) and a set or hash-map node: a smaller
+  // chunk is less memory per live block (many tiny tensors on the CPU).
+  static constexpr size_t kChunk = 96;
 
   NodePool() = default;
   NodePool(const NodePool&) = delete;

@@ -34,7 +34,7 @@ std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 // A block live when recording began: in the live map and the statistics, as
 // take_block() would have put it.
 void CachingAllocator::adopt_live_block(Block* b) {
-  live_blocks_.emplace(b->addr, b);
+  live_blocks_.insert(b->addr, b);
   for_pool_stats(b->pool->is_small, [&](size_t t) {
     stats_.allocation[t].increase(1);
     stats_.allocated_bytes[t].increase(static_cast<int64_t>(b->size));

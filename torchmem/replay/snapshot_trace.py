@@ -63,7 +63,9 @@ class RecordedRun:
 
 # Settings that change the allocator's decisions but have no field of their own in
 # ``allocator_settings``: read from its PYTORCH_CUDA_ALLOC_CONF string.
-CONF_ONLY_KEYS = ("max_non_split_rounding_mb", "large_segment_size_mb", "per_process_memory_fraction")
+# reuse_order and min_block_size: torchmem's CPU settings (docs/cpu.md), recorded by a CPU install.
+CONF_ONLY_KEYS = ("max_non_split_rounding_mb", "large_segment_size_mb", "per_process_memory_fraction",
+                  "reuse_order", "min_block_size")
 
 
 def recorded_conf(settings: Any) -> str | None:
