@@ -4,6 +4,7 @@ frees, private pools with use counts and routes, the capture rules), with
 events that complete when the test says so and a device that raises on any
 call that would invalidate a CUDA graph capture."""
 import pytest
+import torch
 
 from torchmem import _C
 
@@ -417,4 +418,20 @@ def test_expandable_pages_map_and_unmap_in_batches():
     mem.free(p)
     mem.empty_cache()
     assert dev.unmap_calls == 1
+    mem.check_invariants()
+
+
+def test_capture_under_the_stitch_policy_unmaps_nothing():
+    """policy:stitch frees pages by unmapping them: during a capture it must not (the device raises if it does)."""
+    dev, mem = make(capacity=8 * MiB, conf="policy:stitch")
+    for p in [mem.allocate(2 * MiB, S2) for _ in range(3)]:
+        mem.free(p)  # three pages cached on S2
+    capture(mem, dev)
+    mem.empty_cache()
+    assert agg(mem, "reserved_bytes") == 6 * MiB
+    with pytest.raises(torch.OutOfMemoryError):  # S1 needs 4 MiB: 2 MiB free, the rest only by unmapping
+        mem.allocate(4 * MiB, S1)
+    end_capture(mem, dev)
+    p = mem.allocate(4 * MiB, S1)  # after the capture the cached pages are unmapped for it
+    mem.free(p)
     mem.check_invariants()

@@ -216,6 +216,7 @@ void StitchAllocator::record_unmapped_runs(StitchRange& range, std::vector<size_
 // Unmaps up to `pages` cached pages, highest first in each range, except the
 // pages [keep_begin, keep_end) of `keep`. Returns how many were unmapped.
 size_t StitchAllocator::reclaim(size_t pages, const StitchRange* keep, size_t keep_begin, size_t keep_end) {
+  if (releases_blocked_) return 0;
   size_t done = 0;
   std::vector<size_t> unmapped;
   for (const auto& range : ranges_) {
@@ -463,8 +464,14 @@ bool StitchAllocator::try_deallocate(void* ptr) {
   return true;
 }
 
+void StitchAllocator::set_releases_blocked(bool blocked) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  releases_blocked_ = blocked;
+}
+
 void StitchAllocator::empty_cache() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  if (releases_blocked_) return;
   unmap_all_cached();
   release_empty_ranges();
 }

@@ -67,6 +67,9 @@ class StitchAllocator final : public DeviceAllocator {
 
   // Unmaps every cached page and releases ranges with no live block.
   void empty_cache() override;
+  // While blocked (a CUDA graph is captured) no page is unmapped: empty_cache()
+  // does nothing and a request the mapped and free pages cannot serve fails.
+  void set_releases_blocked(bool blocked) override;
   // Called before pages are mapped for a request; a callback returning true
   // makes the allocator look for room again. Run under the lock.
   void add_free_memory_callback(std::function<bool()> callback) override;
@@ -176,6 +179,7 @@ class StitchAllocator final : public DeviceAllocator {
   size_t mapped_bytes_ = 0;
   double memory_fraction_ = 1.0;
   bool fraction_set_ = false;
+  bool releases_blocked_ = false;
   History history_;
   std::vector<std::function<bool()>> free_memory_callbacks_;
 };
