@@ -48,7 +48,7 @@ probe() {
 
 SOURCES=$(find csrc/core -name '*.cpp' | sort)
 DRIVERS="core_driver stitch_driver device_memory_driver"  # tests/cpp/<name>.cpp, each with its own main()
-HEADERS=$(find csrc/core -name '*.h' | sort)
+HEADERS=$(find csrc/core tests/cpp -name '*.h' | sort)
 HEADER_STAMP=$(cat $HEADERS | sha256sum | cut -c1-16)
 
 build() {

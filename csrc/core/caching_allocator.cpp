@@ -672,22 +672,12 @@ DeviceStats CachingAllocator::stats() const {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.for_each_stat_array([](StatArray& a) {
-    for (Stat& s : a) s.reset_peak();
-  });
-  stats_.oversize_allocations.reset_peak();
-  stats_.oversize_segments.reset_peak();
+  stats_.reset_peaks();
 }
 
 void CachingAllocator::reset_accumulated_stats() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.for_each_stat_array([](StatArray& a) {
-    for (Stat& s : a) s.reset_accumulated();
-  });
-  stats_.oversize_allocations.reset_accumulated();
-  stats_.oversize_segments.reset_accumulated();
-  stats_.num_alloc_retries = stats_.num_ooms = stats_.num_sync_all_streams = 0;
-  stats_.num_device_alloc = stats_.num_device_free = 0;
+  stats_.reset_accumulated();
 }
 
 std::vector<SegmentInfo> CachingAllocator::segments() const {

@@ -66,6 +66,25 @@ struct DeviceStats {
       f(*a);
     }
   }
+
+  // torch.cuda.reset_peak_memory_stats(): every peak to its current value.
+  void reset_peaks() {
+    for_each_stat_array([](StatArray& a) {
+      for (Stat& s : a) s.reset_peak();
+    });
+    oversize_allocations.reset_peak();
+    oversize_segments.reset_peak();
+  }
+  // torch.cuda.reset_accumulated_memory_stats(): sums and event counts to 0.
+  void reset_accumulated() {
+    for_each_stat_array([](StatArray& a) {
+      for (Stat& s : a) s.reset_accumulated();
+    });
+    oversize_allocations.reset_accumulated();
+    oversize_segments.reset_accumulated();
+    num_alloc_retries = num_ooms = num_sync_all_streams = 0;
+    num_device_alloc = num_device_free = 0;
+  }
 };
 
 }  // namespace torchmem

@@ -64,75 +64,13 @@
 #include "core/replayer.h"
 #include "core/sim_device.h"
 
+#include "driver_checks.h"
+
 using namespace torchmem;
 
 namespace {
 
-constexpr size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
-
-bool g_quick = false;
-uint64_t g_seed = 1;
-std::atomic<int> g_failures{0};
-std::atomic<int> g_checks{0};
-std::mutex g_print_mutex;
-
-int scaled(int full, int quick) { return g_quick ? quick : full; }
-
-void report_failure(const char* file, int line, const std::string& what) {
-  ++g_failures;
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
-  std::fflush(stdout);
-}
-
-#define CHECK(cond)                                                    \
-  do {                                                                 \
-    ++g_checks;                                                        \
-    if (!(cond)) report_failure(__FILE__, __LINE__, #cond);            \
-  } while (0)
-
-#define CHECK_MSG(cond, msg)                                                            \
-  do {                                                                                  \
-    ++g_checks;                                                                         \
-    if (!(cond)) report_failure(__FILE__, __LINE__, std::string(#cond) + ": " + (msg)); \
-  } while (0)
-
-// Runs f; returns "" when it throws E, else a description of what happened.
-template <typename E, typename F>
-std::string expect_throw(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const E& e) {
-    if (message) *message = e.what();
-    return "";
-  } catch (const std::exception& e) {
-    return std::string("threw another exception: ") + e.what();
-  } catch (...) {
-    return "threw a non-std exception";
-  }
-  return "did not throw";
-}
-
-#define CHECK_THROWS(E, expr)                                                  \
-  do {                                                                         \
-    ++g_checks;                                                                \
-    std::string why_ = expect_throw<E>([&] { (void)(expr); });                 \
-    if (!why_.empty()) report_failure(__FILE__, __LINE__, #expr " (" #E "): " + why_); \
-  } while (0)
-
-// Runs a component's invariant check; a broken invariant is a failure.
-template <typename T>
-void check_invariants_of(const T& x, const char* file, int line) {
-  ++g_checks;
-  try {
-    x.check_invariants();
-  } catch (const std::exception& e) {
-    report_failure(file, line, e.what());
-  }
-}
-#define INVARIANTS(x) check_invariants_of((x), __FILE__, __LINE__)
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using namespace driver;
 
 void check_device_clean(const FaultyDevice& dev, const char* file, int line) {
   ++g_checks;
@@ -2344,11 +2282,6 @@ void test_oom_observers_after_allocator_oom() {
 
 // ---------------------------------------------------------------------------
 
-struct Test {
-  const char* name;
-  void (*fn)();
-};
-
 const Test kTests[] = {
     {"caching_random", test_caching_random},
     {"caching_random_faults", test_caching_random_faults},
@@ -2393,43 +2326,4 @@ const Test kTests[] = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const char* env_quick = std::getenv("TORCHMEM_QUICK");
-  g_quick = env_quick && std::strcmp(env_quick, "0") != 0 && *env_quick;
-  std::vector<std::string> filters;
-  bool list = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--quick") {
-      g_quick = true;
-    } else if (arg == "--seed" && i + 1 < argc) {
-      g_seed = std::strtoull(argv[++i], nullptr, 10);
-    } else if (arg == "--list") {
-      list = true;
-    } else {
-      filters.push_back(arg);
-    }
-  }
-  int ran = 0;
-  for (const Test& t : kTests) {
-    if (!filters.empty() &&
-        std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return contains(t.name, f); }))
-      continue;
-    if (list) {
-      std::printf("%s\n", t.name);
-      continue;
-    }
-    const int before = g_failures.load();
-    try {
-      t.fn();
-    } catch (const std::exception& e) {
-      report_failure(__FILE__, __LINE__, std::string(t.name) + " threw: " + e.what());
-    }
-    ++ran;
-    std::printf("%-40s %s\n", t.name, g_failures.load() == before ? "ok" : "FAILED");
-    std::fflush(stdout);
-  }
-  if (list) return 0;
-  std::printf("%d tests%s, %d checks, %d failures\n", ran, g_quick ? " (quick)" : "", g_checks.load(), g_failures.load());
-  return std::min(g_failures.load(), 125);
-}
+int main(int argc, char** argv) { return driver::run_tests(argc, argv, kTests); }

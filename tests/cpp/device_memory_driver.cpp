@@ -26,54 +26,13 @@
 #include "core/out_of_memory.h"
 #include "core/sim_device.h"
 
+#include "driver_checks.h"
+
 using namespace torchmem;
 
 namespace {
 
-constexpr size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
-
-bool g_quick = false;
-uint64_t g_seed = 1;
-std::atomic<int> g_failures{0};
-std::atomic<int> g_checks{0};
-std::mutex g_print_mutex;
-
-int scaled(int full, int quick) { return g_quick ? quick : full; }
-
-void report_failure(const char* file, int line, const std::string& what) {
-  ++g_failures;
-  std::lock_guard<std::mutex> lock(g_print_mutex);
-  std::printf("FAIL %s:%d: %s\n", file, line, what.c_str());
-  std::fflush(stdout);
-}
-
-#define CHECK(cond)                                         \
-  do {                                                      \
-    ++g_checks;                                             \
-    if (!(cond)) report_failure(__FILE__, __LINE__, #cond); \
-  } while (0)
-
-#define CHECK_THROWS(E, expr)                                                         \
-  do {                                                                                \
-    ++g_checks;                                                                       \
-    bool thrown_ = false;                                                             \
-    try {                                                                             \
-      (void)(expr);                                                                   \
-    } catch (const E&) {                                                              \
-      thrown_ = true;                                                                 \
-    }                                                                                 \
-    if (!thrown_) report_failure(__FILE__, __LINE__, #expr " did not throw " #E);     \
-  } while (0)
-
-#define INVARIANTS(x)                                     \
-  do {                                                    \
-    ++g_checks;                                           \
-    try {                                                 \
-      (x).check_invariants();                             \
-    } catch (const std::exception& e) {                   \
-      report_failure(__FILE__, __LINE__, e.what());       \
-    }                                                     \
-  } while (0)
+using namespace driver;
 
 
 // Threads allocate on their own streams, record uses on others and free,
@@ -233,11 +192,6 @@ void test_device_memory_oom_counted_once() {
   INVARIANTS(mem);
 }
 
-struct Test {
-  const char* name;
-  void (*fn)();
-};
-
 const Test kTests[] = {
     {"device_memory_streams_threads", test_device_memory_streams_threads},
     {"device_memory_pools_threads", test_device_memory_pools_threads},
@@ -247,31 +201,4 @@ const Test kTests[] = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const char* env_quick = std::getenv("TORCHMEM_QUICK");
-  g_quick = env_quick && *env_quick && std::strcmp(env_quick, "0") != 0;
-  std::vector<std::string> filters;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--quick") g_quick = true;
-    else if (arg == "--seed" && i + 1 < argc) g_seed = std::strtoull(argv[++i], nullptr, 10);
-    else filters.push_back(arg);
-  }
-  int ran = 0;
-  for (const Test& t : kTests) {
-    bool selected = filters.empty();
-    for (const auto& f : filters) selected = selected || std::string(t.name).find(f) != std::string::npos;
-    if (!selected) continue;
-    const int before = g_failures.load();
-    try {
-      t.fn();
-    } catch (const std::exception& e) {
-      report_failure(__FILE__, __LINE__, std::string(t.name) + " threw: " + e.what());
-    }
-    ++ran;
-    std::printf("%-40s %s\n", t.name, g_failures.load() == before ? "ok" : "FAILED");
-    std::fflush(stdout);
-  }
-  std::printf("%d tests%s, %d checks, %d failures\n", ran, g_quick ? " (quick)" : "", g_checks.load(), g_failures.load());
-  return g_failures.load() < 125 ? g_failures.load() : 125;
-}
+int main(int argc, char** argv) { return driver::run_tests(argc, argv, kTests); }
