@@ -212,7 +212,8 @@ def min_capacity(
 ) -> int | None:
     """The smallest capacity on the 2 MiB grid at which `trace` completes under `conf`
     (it fails 2 MiB below), by the bisection advise() runs; None when it does not complete
-    within 64 times the reference capacity (`capacity`: default the snapshot's, else 80 GiB).
+    within 64 times the reference capacity (`capacity`: default the snapshot's card as replay()
+    infers it, capacity.recorded_capacity()).
 
         from torchmem import sim
         need = sim.min_capacity("snapshot.pickle", "policy:stitch")
@@ -234,7 +235,7 @@ def search(
     trace = as_trace(trace, device, skip_bad_events)
     recorded = trace.recorded
     if capacity is None:
-        capacity = recorded.capacity if recorded is not None and recorded.capacity else "80GiB"
+        capacity = recorded_capacity(recorded)[0]
     base = recorded.conf if recorded is not None and recorded.conf is not None else ""
     own = recorded is not None and normalize_conf(conf) == normalize_conf(base)
     return _search(trace, conf, parse_capacity(capacity), in_use_by_others, skip_bad_events, own)
