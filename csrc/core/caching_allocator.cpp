@@ -181,7 +181,7 @@ Block* CachingAllocator::allocate_locked(Request& r) {
   if (pending_free_waiter_) {
     for (void* ptr : pending_free_waiter_()) {
       Block* pending = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-      if (pending && pending->free_requested) complete_free_locked(pending);
+      if (pending && pending->free_requested) complete_free_locked(live_blocks_.take(pending->addr));
     }
   }
   release_cached_blocks();
@@ -484,8 +484,12 @@ void CachingAllocator::deallocate(void* ptr) {
 bool CachingAllocator::try_deallocate(void* ptr) {
   if (ptr == nullptr) return true;
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (!block || block->free_requested) return false;
+  Block* block = live_blocks_.take(reinterpret_cast<uintptr_t>(ptr));  // one probe on the hot path
+  if (!block) return false;
+  if (block->free_requested) {  // pending on other streams: complete_free() ends it
+    live_blocks_.insert(block->addr, block);
+    return false;
+  }
   request_free_locked(block);
   complete_free_locked(block);
   return true;
@@ -507,7 +511,7 @@ void CachingAllocator::complete_free(void* ptr) {
     throw std::logic_error("complete_free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
                            ", whose free was not requested");
   }
-  complete_free_locked(block);
+  complete_free_locked(live_blocks_.take(block->addr));
 }
 
 // As PyTorch's free(): the allocation ends here, the block stays active.
@@ -521,9 +525,8 @@ void CachingAllocator::request_free_locked(Block* block) {
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
 }
 
-// As PyTorch's free_block(): back to the cache.
+// As PyTorch's free_block(): back to the cache. The block is already out of live_blocks_.
 void CachingAllocator::complete_free_locked(Block* block) {
-  live_blocks_.take(block->addr);
   history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
   for_pool_stats(block->pool->is_small, [&](size_t t) {
     stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
@@ -783,20 +786,8 @@ void CachingAllocator::check_invariants() const {
     fail("mapped pages (" + std::to_string(mapped_expandable) + " bytes) differ from the blocks in them (" +
          std::to_string(expandable_reserved) + ")");
   }
-  const char* names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-                         "active_bytes", "inactive_split_bytes", "requested_bytes"};
-  DeviceStats actual = stats_;
-  std::vector<StatArray*> want, have;
-  expect.for_each_stat_array([&](StatArray& a) { want.push_back(&a); });
-  actual.for_each_stat_array([&](StatArray& a) { have.push_back(&a); });
-  for (size_t i = 0; i < want.size(); ++i) {
-    for (size_t t = 0; t < kNumStatTypes; ++t) {
-      if ((*want[i])[t].current != (*have[i])[t].current) {
-        fail(std::string(names[i]) + "[" + std::to_string(t) + "].current is " + std::to_string((*have[i])[t].current) +
-             ", recomputed " + std::to_string((*want[i])[t].current));
-      }
-    }
-  }
+  const std::string stats_differ = stats_.current_difference(expect);
+  if (!stats_differ.empty()) fail(stats_differ);
   if (static_cast<int64_t>(total_reserved_) != expect.reserved_bytes[kAggregate].current) fail("total reserved out of step");
 }
 

@@ -171,7 +171,7 @@ class CachingAllocator final : public DeviceAllocator {
   Block* allocate_locked(Request& r);  // nullptr: out of memory (nothing counted)
   void* hand_out(Request& r, Block* block, uint64_t context);
   void request_free_locked(Block* block);
-  void complete_free_locked(Block* block);
+  void complete_free_locked(Block* block);  // block already taken from live_blocks_
   Block* find_free_block(Request& r);
   bool allocate_segment(Request& r, bool is_retry);
   Block* allocate_expandable(Request& r);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace torchmem {
 
@@ -65,6 +67,26 @@ struct DeviceStats {
                          &active_bytes, &inactive_split_bytes, &requested_bytes}) {
       f(*a);
     }
+  }
+
+  // The first current value that differs from `expect` (a recomputation),
+  // described for check_invariants(); "" when none does.
+  std::string current_difference(DeviceStats expect) const {
+    static const char* const names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes",
+                                        "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes"};
+    DeviceStats actual = *this;
+    std::vector<StatArray*> want, have;
+    expect.for_each_stat_array([&](StatArray& a) { want.push_back(&a); });
+    actual.for_each_stat_array([&](StatArray& a) { have.push_back(&a); });
+    for (size_t i = 0; i < want.size(); ++i) {
+      for (size_t t = 0; t < kNumStatTypes; ++t) {
+        if ((*want[i])[t].current != (*have[i])[t].current) {
+          return std::string(names[i]) + "[" + std::to_string(t) + "].current is " +
+                 std::to_string((*have[i])[t].current) + ", recomputed " + std::to_string((*want[i])[t].current);
+        }
+      }
+    }
+    return "";
   }
 
   // torch.cuda.reset_peak_memory_stats(): every peak to its current value.

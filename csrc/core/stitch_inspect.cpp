@@ -139,20 +139,8 @@ void StitchAllocator::check_invariants() const {
   if (mapped * page_size_ != mapped_bytes_) fail("mapped bytes out of step with the pages");
   expect.active = expect.allocation;
   expect.active_bytes = expect.allocated_bytes;
-  const char* names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-                         "active_bytes", "inactive_split_bytes", "requested_bytes"};
-  DeviceStats actual = stats_;
-  std::vector<StatArray*> want, have;
-  expect.for_each_stat_array([&](StatArray& a) { want.push_back(&a); });
-  actual.for_each_stat_array([&](StatArray& a) { have.push_back(&a); });
-  for (size_t i = 0; i < want.size(); ++i) {
-    for (size_t t = 0; t < kNumStatTypes; ++t) {
-      if ((*want[i])[t].current != (*have[i])[t].current) {
-        fail(std::string(names[i]) + "[" + std::to_string(t) + "].current is " + std::to_string((*have[i])[t].current) +
-             ", recomputed " + std::to_string((*want[i])[t].current));
-      }
-    }
-  }
+  const std::string stats_differ = stats_.current_difference(expect);
+  if (!stats_differ.empty()) fail(stats_differ);
 }
 
 }  // namespace torchmem
