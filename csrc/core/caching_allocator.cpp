@@ -256,9 +256,8 @@ Block* CachingAllocator::find_free_block(Request& r) {
   const size_t max_split = config_.max_split_size;
   if (r.size < max_split && (*it)->size >= max_split) return nullptr;
   if (r.size >= max_split && (*it)->size >= r.size + config_.max_non_split_rounding) return nullptr;
-  Block* block = *it;
-  pool.blocks.erase(it);
-  return block;
+  r.pooled = true;  // take_block() takes it out of the pool
+  return *it;
 }
 
 bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
@@ -411,9 +410,13 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
     if (block->prev) block->prev->next = block;
     block->next = remaining;
     remaining->prev = block;
-    remaining->addr += r.size;
-    remaining->size -= r.size;
-    r.pool->insert(remaining);
+    if (r.pooled) {
+      r.pool->move(remaining, remaining->addr + r.size, remaining->size - r.size);
+    } else {
+      remaining->addr += r.size;
+      remaining->size -= r.size;
+      r.pool->insert(remaining);
+    }
     if (block->expandable) {
       // expandable segments keep no inactive_split statistics (as PyTorch)
     } else if (already_split) {
@@ -424,11 +427,14 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
         stats_.inactive_split[t].increase(1);
       });
     }
-  } else if (already_split) {
-    for_pool_stats(is_small, [&](size_t t) {
-      stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
-      stats_.inactive_split[t].decrease(1);
-    });
+  } else {
+    if (r.pooled) r.pool->erase(block);
+    if (already_split) {
+      for_pool_stats(is_small, [&](size_t t) {
+        stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
+        stats_.inactive_split[t].decrease(1);
+      });
+    }
   }
   block->allocated = true;
   block->requested_size = r.requested;
@@ -536,25 +542,49 @@ void CachingAllocator::complete_free_locked(Block* block) {
   free_block(block);
 }
 
+// The freed block joins its free neighbours. A neighbour already cached
+// holds the merged range (BlockPool::move: usually no tree change), and the
+// freed block's own record goes.
 void CachingAllocator::free_block(Block* block) {
   const size_t original_size = block->size;
   BlockPool& pool = *block->pool;
+  auto joins = [&](const Block* n) { return n && !n->allocated && n->mapped == block->mapped; };
+  Block* prev = joins(block->prev) ? block->prev : nullptr;
+  Block* next = joins(block->next) ? block->next : nullptr;
   int64_t net_inactive_blocks = 0;
   int64_t net_inactive_bytes = 0;
-  for (Block* candidate : {block->prev, block->next}) {
-    const size_t subsumed = merge(block, candidate, pool);
-    if (subsumed > 0) {
+  for (const Block* n : {prev, next}) {
+    if (n) {
       net_inactive_blocks -= 1;
-      net_inactive_bytes -= static_cast<int64_t>(subsumed);
+      net_inactive_bytes -= static_cast<int64_t>(n->size);
     }
   }
   block->requested_size = 0;
-  pool.insert(block);
-  if (block->is_split()) {
-    net_inactive_blocks += 1;
-    net_inactive_bytes += static_cast<int64_t>(block->size);
+  Block* merged = block;
+  if (!prev && !next) {
+    pool.insert(block);
+  } else {
+    Block* first = prev ? prev : block;
+    Block* last = next ? next : block;
+    const uintptr_t addr = first->addr;
+    const size_t size = last->addr + last->size - addr;
+    merged = next ? next : prev;
+    merged->prev = first->prev;
+    merged->next = last->next;
+    if (merged->prev) merged->prev->next = merged;
+    if (merged->next) merged->next->prev = merged;
+    if (prev && merged != prev) {
+      pool.erase(prev);
+      destroy_block(prev);
+    }
+    pool.move(merged, addr, size);
+    destroy_block(block);
   }
-  if (block->expandable) net_inactive_blocks = net_inactive_bytes = 0;
+  if (merged->is_split()) {
+    net_inactive_blocks += 1;
+    net_inactive_bytes += static_cast<int64_t>(merged->size);
+  }
+  if (merged->expandable) net_inactive_blocks = net_inactive_bytes = 0;
   for_pool_stats(pool.is_small, [&](size_t t) {
     if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
     if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
@@ -772,6 +802,7 @@ void CachingAllocator::check_invariants() const {
   for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
     for (const Block* b : pool->blocks) {
       if (b->allocated || b->pool != pool || !b->mapped) fail("pool holds a block that is allocated, unmapped or belongs elsewhere");
+      if (*b->pool_pos != b) fail("block at " + hex(b->addr) + " has a stale pool position");
       if (b->expandable) expandable_reserved += b->size;
     }
     for (const Block* b : pool->unmapped) {

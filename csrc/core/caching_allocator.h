@@ -165,6 +165,7 @@ class CachingAllocator final : public DeviceAllocator {
     Stream stream;
     BlockPool* pool;
     Block* block = nullptr;
+    bool pooled = false;  // the block found is still in pool->blocks (find_free_block)
   };
 
   Request make_request(size_t size, Stream stream);

@@ -75,7 +75,7 @@ Block* CachingAllocator::allocate_expandable(Request& r) {
     if (!map_block(next, std::min(r.size - candidate->size, next->size))) return nullptr;
     candidate = next;
   }
-  r.pool->blocks.erase(candidate);
+  r.pool->erase(candidate);
   return candidate;
 }
 
@@ -110,7 +110,7 @@ void CachingAllocator::unmap_block(Block* block) {
   const SegmentRange unmapped = block->expandable->unmap(block->addr, block->size);
   if (unmapped.size == 0) return;
   BlockPool& pool = *block->pool;
-  pool.blocks.erase(block);
+  pool.erase(block);
   const size_t before = unmapped.addr - block->addr;
   const size_t after = block->size - before - unmapped.size;
   if (before > 0) {
