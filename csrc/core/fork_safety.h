@@ -11,7 +11,7 @@
 //
 // - Every lock of the core is a ForkSafeMutex. While it exists it is in one
 //   process-wide registry (registration is in the constructor and the
-//   destructor; lock() and unlock() are a plain std::mutex's).
+//   destructor; lock() and unlock() are a plain FastMutex's).
 // - Before fork() (a pthread_atfork prepare handler, installed with the
 //   registry), the forking thread takes the registry's lock, then every
 //   registered mutex in lock order (below). Once it holds them all no other
@@ -64,15 +64,17 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
+#include <mutex>  // std::lock_guard, for users
+
+#include "core/fast_mutex.h"
 
 namespace torchmem {
 
 enum class LockRank : uint8_t { kRouting, kWrapper, kAllocator, kContext, kDevice };
 constexpr int kNumLockRanks = 5;
 
-// A std::mutex that the fork handlers take before fork() and release after
-// it, in parent and child. Satisfies Lockable (use std::lock_guard).
+// A lock (a FastMutex) that the fork handlers take before fork() and release
+// after it, in parent and child. Satisfies Lockable (use std::lock_guard).
 // Neither copyable nor movable: the registry holds its address.
 class ForkSafeMutex {
  public:
@@ -89,7 +91,7 @@ class ForkSafeMutex {
 
  private:
   friend class ForkRegistry;
-  std::mutex mutex_;
+  FastMutex mutex_;
   const LockRank rank_;
   ForkSafeMutex* prev_ = nullptr;  // registry links, within the rank's list
   ForkSafeMutex* next_ = nullptr;

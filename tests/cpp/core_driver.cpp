@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/alloc_config.h"
+#include "core/fast_mutex.h"
 #include "core/arena.h"
 #include "core/block_pool.h"
 #include "core/caching_allocator.h"
@@ -2016,6 +2017,34 @@ void fork_with_lock_held(bool run_handlers) {
   a.empty_cache();
 }
 
+// FastMutex: mutual exclusion through its spinning and its sleeping paths.
+// Holders that sometimes sleep make waiters give up spinning and sleep on
+// the futex, so a lost wake-up hangs this test (the driver's timeout).
+void test_fast_mutex() {
+  torchmem::FastMutex mutex;
+  const int threads = 4;
+  const int rounds = scaled(20000, 4000);
+  long counter = 0;  // plain: a broken lock loses increments (and ThreadSanitizer reports the race)
+  std::atomic<int> inside{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < rounds; ++i) {
+        std::lock_guard<torchmem::FastMutex> lock(mutex);
+        if (inside.fetch_add(1) != 0) CHECK(false);
+        ++counter;
+        if ((i + t) % 997 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        inside.fetch_sub(1);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  CHECK(counter == static_cast<long>(threads) * rounds);
+  CHECK(mutex.try_lock());
+  CHECK(!mutex.try_lock());
+  mutex.unlock();
+}
+
 void test_fork_waits_for_a_held_lock() {
   // Only without ThreadSanitizer: the control forks behind its back, and under it the child of the
   // real fork has been seen not to observe the holder's write (it passes in the plain and ASan builds;
@@ -2320,6 +2349,7 @@ const Test kTests[] = {
     {"oom_observers", test_oom_observers},
     {"oom_observers_threads", test_oom_observers_threads},
     {"oom_observers_after_allocator_oom", test_oom_observers_after_allocator_oom},
+    {"fast_mutex", test_fast_mutex},
     {"fork_while_threads_allocate", test_fork_while_threads_allocate},
     {"fork_waits_for_a_held_lock", test_fork_waits_for_a_held_lock},
 };
