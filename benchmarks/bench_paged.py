@@ -59,7 +59,7 @@ def cpp_figures() -> dict:
     binary = _build([bench] + core, [])
     if binary is None:  # the caching allocator does not build: measure ours alone
         print("the caching allocator did not build; C++ figures without it", file=sys.stderr)
-        ours = ["arena.cpp", "block_pool.cpp", "host_device.cpp", "sim_device.cpp", "fork_safety.cpp"]
+        ours = ["arena.cpp", "block_pool.cpp", "host_device.cpp", "sim_device.cpp", "fork_safety.cpp", "fast_mutex.cpp"]
         binary = _build([bench] + [os.path.join(core_dir, f) for f in ours], ["-DTORCHMEM_BENCH_NO_CACHING"])
     out = subprocess.run([binary], check=True, capture_output=True, text=True).stdout
     figures = {}

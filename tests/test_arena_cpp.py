@@ -4,7 +4,7 @@ and aligned_allocator (tests/cpp/test_arena_paged.cpp): pure C++17, no torch.
 By hand:
     g++ -O1 -std=c++17 -Icsrc tests/cpp/test_arena_paged.cpp csrc/core/arena.cpp \
         csrc/core/block_pool.cpp csrc/core/host_device.cpp csrc/core/sim_device.cpp \
-        csrc/core/fork_safety.cpp -pthread -o build/test_arena_paged && build/test_arena_paged
+        csrc/core/fork_safety.cpp csrc/core/fast_mutex.cpp -pthread -o build/test_arena_paged && build/test_arena_paged
 The binary is cached under build/cpp_tests/, keyed by a hash of its sources.
 TORCHMEM_SANITIZE=1 also runs it under AddressSanitizer and UBSan.
 """
@@ -23,6 +23,7 @@ SOURCES = [
     "csrc/core/host_device.cpp",
     "csrc/core/sim_device.cpp",
     "csrc/core/fork_safety.cpp",
+    "csrc/core/fast_mutex.cpp",
 ]
 HEADERS = [
     "csrc/core/arena.h",
@@ -35,6 +36,7 @@ HEADERS = [
     "csrc/core/host_device.h",
     "csrc/core/sim_device.h",
     "csrc/core/fork_safety.h",
+    "csrc/core/fast_mutex.h",
 ]
 
 
