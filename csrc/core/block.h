@@ -7,7 +7,7 @@
 //   block.addr + block.size == block.next->addr
 //   !(free(block) && free(block.next))           -- free neighbours merge
 //   block in pool  <=>  !block.allocated  (pool.blocks if mapped, else pool.unmapped)
-//   block in pool.blocks  =>  *block.pool_pos == block
+//   block in pool.blocks  =>  block.pool_pos->block == block, its key key_of(block)
 #pragma once
 
 #include <cstddef>
@@ -26,16 +26,49 @@ struct Block;
 struct BlockPool;
 class ExpandableSegment;
 
-// Best fit: the smallest block of the request's stream that is large enough,
-// lowest address first among equals (native), or most recently cached first
-// (reuse_order recent, Note [CPU settings]). A search key with addr and
-// reuse_rank 0 comes before every block of its stream and size.
-struct BlockBySize {
-  bool most_recent_first = false;
-  bool operator()(const Block* a, const Block* b) const;
+// What the best-fit order compares, of a block or of a search. A search
+// key with reuse_rank and addr 0 comes before every block of its stream and
+// size.
+struct BlockKey {
+  Stream stream = 0;
+  size_t size = 0;
+  uint64_t reuse_rank = 0;
+  uintptr_t addr = 0;
+  bool operator==(const BlockKey& o) const {
+    return stream == o.stream && size == o.size && reuse_rank == o.reuse_rank && addr == o.addr;
+  }
 };
 
-using BlockSet = std::set<Block*, BlockBySize, PoolAllocator<Block*>>;
+// An entry of a pool's free set: a block and its key. The key sits in the
+// entry so that a search compares without loading the block (one load less
+// at each level of the tree). It is mutable so that BlockPool::move() can
+// change it in place where the order allows. Reads as the Block* it holds.
+struct PoolEntry {
+  mutable BlockKey key;
+  Block* block = nullptr;
+  operator Block*() const { return block; }
+  Block* operator->() const { return block; }
+};
+
+// Best fit: the smallest block of the request's stream that is large enough,
+// lowest address first among equals (native), or most recently cached first
+// (reuse_order recent, Note [CPU settings]). Transparent: a pool's free set
+// is searched with a BlockKey.
+struct BlockBySize {
+  using is_transparent = void;
+  bool most_recent_first = false;
+  bool operator()(const BlockKey& a, const BlockKey& b) const {
+    if (a.stream != b.stream) return a.stream < b.stream;
+    if (a.size != b.size) return a.size < b.size;
+    if (most_recent_first) return a.reuse_rank < b.reuse_rank;
+    return a.addr < b.addr;
+  }
+  bool operator()(const PoolEntry& a, const PoolEntry& b) const { return (*this)(a.key, b.key); }
+  bool operator()(const PoolEntry& a, const BlockKey& b) const { return (*this)(a.key, b); }
+  bool operator()(const BlockKey& a, const PoolEntry& b) const { return (*this)(a, b.key); }
+};
+
+using BlockSet = std::set<PoolEntry, BlockBySize, PoolAllocator<PoolEntry>>;
 
 struct Block {
   uintptr_t addr = 0;
@@ -56,12 +89,7 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
-inline bool BlockBySize::operator()(const Block* a, const Block* b) const {
-  if (a->stream != b->stream) return a->stream < b->stream;
-  if (a->size != b->size) return a->size < b->size;
-  if (most_recent_first) return a->reuse_rank < b->reuse_rank;
-  return a->addr < b->addr;
-}
+inline BlockKey key_of(const Block* b) { return BlockKey{b->stream, b->size, b->reuse_rank, b->addr}; }
 
 // Address order, for the unmapped tails of expandable segments.
 struct BlockByAddress {
@@ -76,7 +104,7 @@ struct BlockByAddress {
 // or moving a block needs no search.
 struct BlockPool {
   BlockPool(bool small, NodePool* nodes, ReuseOrder order = ReuseOrder::kAddress)
-      : blocks(BlockBySize{order == ReuseOrder::kRecent}, PoolAllocator<Block*>(nodes)),
+      : blocks(BlockBySize{order == ReuseOrder::kRecent}, PoolAllocator<PoolEntry>(nodes)),
         unmapped(BlockByAddress{}, PoolAllocator<Block*>(nodes)),
         is_small(small) {}
   BlockSet blocks;                                                    // free, mapped blocks
@@ -89,7 +117,7 @@ struct BlockPool {
   void insert(Block* block) {
     block->gc_count_base = get_free_blocks_call_count;
     block->reuse_rank = --next_reuse_rank;
-    block->pool_pos = blocks.insert(block).first;
+    block->pool_pos = blocks.insert(PoolEntry{key_of(block), block}).first;
   }
   // Takes a cached block out (of `unmapped` when it is not mapped).
   void erase(Block* block) {
@@ -101,27 +129,26 @@ struct BlockPool {
   // is, with no tree change, when the new key keeps its place between its
   // neighbours in the order (the common split and merge).
   void move(Block* block, uintptr_t addr, size_t size) {
-    Block key;
-    key.stream = block->stream;
-    key.size = size;
-    key.addr = addr;
-    key.reuse_rank = next_reuse_rank - 1;  // the rank insert() would give
+    const BlockKey key{block->stream, size, next_reuse_rank - 1, addr};  // the rank insert() would give
     // Size comes before the rank and the address in the order: a smaller
     // block can only pass its lower neighbour, a larger one its upper one.
     const BlockBySize& less = blocks.key_comp();
     const auto pos = block->pool_pos;
-    const bool below_next = size < block->size || block == *blocks.rbegin() || less(&key, *std::next(pos));
-    const bool above_prev = size > block->size || pos == blocks.begin() || less(*std::prev(pos), &key);
-    const bool keeps_place = below_next && above_prev;
-    if (!keeps_place) blocks.erase(pos);
+    const bool keeps_place = size < block->size ? pos == blocks.begin() || less(*std::prev(pos), key)
+                                                : blocks.rbegin()->block == block || less(key, *std::next(pos));
     block->addr = addr;
     block->size = size;
-    if (keeps_place) {
-      block->gc_count_base = get_free_blocks_call_count;
-      block->reuse_rank = --next_reuse_rank;
-    } else {
-      insert(block);
-    }
+    if (!keeps_place) return reinsert(block);
+    block->gc_count_base = get_free_blocks_call_count;
+    block->reuse_rank = --next_reuse_rank;
+    pos->key = key;
+  }
+
+ private:
+  // move()'s other case: the block's entry goes, and insert() places it anew.
+  void reinsert(Block* block) {
+    blocks.erase(block->pool_pos);
+    insert(block);
   }
 };
 

@@ -115,21 +115,11 @@ CachingAllocator::~CachingAllocator() {
 
 static_assert(sizeof(Block) <= NodePool::kChunk, "a Block must fit a node-pool chunk");
 
-Block* CachingAllocator::make_block() { return new (nodes_.take()) Block(); }
 
-void CachingAllocator::destroy_block(Block* block) {
-  block->~Block();
-  nodes_.give(block);
-}
-
-size_t CachingAllocator::round_size(size_t size) const {
-  const size_t granule = config_.min_block_size;
-  if (size < granule) return granule;
-  if (rounds_power2_divisions_) {
-    const size_t divisions = config_.divisions_for(size);
-    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
-  }
-  return round_up_pow2(size, granule);
+size_t CachingAllocator::round_size_by_divisions(size_t size) const {
+  const size_t divisions = config_.divisions_for(size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  return round_up_pow2(size, config_.min_block_size);
 }
 
 size_t CachingAllocator::limit_bytes() const {
@@ -157,7 +147,7 @@ bool CachingAllocator::trigger_free_memory_callbacks() {
   return freed;
 }
 
-CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream stream) {
+inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream stream) {
   Request r{size, 0, 0, stream, nullptr};
   if (size > kMaxRequest) return r;  // r.pool null: refused before any rounding
   r.size = round_size(size);
@@ -166,11 +156,17 @@ CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream str
   return r;
 }
 
-Block* CachingAllocator::allocate_locked(Request& r) {
+// The hot path (inline): a cached block. allocate_on_miss() does the rest.
+inline Block* CachingAllocator::allocate_locked(Request& r) {
+  Block* block = r.pool ? find_free_block(r) : nullptr;
+  return block ? block : allocate_on_miss(r);
+}
+
+Block* CachingAllocator::allocate_on_miss(Request& r) {
   if (r.pool == nullptr) return nullptr;
-  Block* block = find_free_block(r);
-  if (!block && trigger_free_memory_callbacks()) block = find_free_block(r);
-  if (block) return block;
+  if (trigger_free_memory_callbacks()) {
+    if (Block* block = find_free_block(r)) return block;
+  }
   // Releases are blocked while a CUDA graph is captured (device_allocator.h).
   if (!releases_blocked_ && fraction_set_ && config_.garbage_collection_threshold > 0.0) {
     garbage_collect_cached_blocks();
@@ -188,7 +184,7 @@ Block* CachingAllocator::allocate_locked(Request& r) {
   return allocate_segment(r, true) ? r.block : nullptr;
 }
 
-void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
+inline void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
   block = take_block(r, block);
   live_blocks_.insert(block->addr, block);
   history_.record(Action::kAlloc, block->addr, r.requested, r.stream, context);  // the requested size, as PyTorch
@@ -229,13 +225,10 @@ void CachingAllocator::throw_out_of_memory(size_t size, Stream stream) {
   throw_oom(r);
 }
 
-Block* CachingAllocator::find_free_block(Request& r) {
+inline Block* CachingAllocator::find_free_block(Request& r) {
   BlockPool& pool = *r.pool;
   if (fraction_set_ && config_.garbage_collection_threshold > 0.0) ++pool.get_free_blocks_call_count;
-  Block key;
-  key.stream = r.stream;
-  key.size = r.size;
-  auto it = pool.blocks.lower_bound(&key);
+  auto it = pool.blocks.lower_bound(BlockKey{r.stream, r.size});
   if (it == pool.blocks.end() || (*it)->stream != r.stream) return nullptr;
   if ((*it)->expandable) {
     if (config_.expandable_segments) {
@@ -277,10 +270,8 @@ bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
   block->stream = r.stream;
   block->pool = r.pool;
   r.block = block;
-  for_pool_stats(r.pool->is_small, [&](size_t t) {
-    stats_.segment[t].increase(1);
-    stats_.reserved_bytes[t].increase(static_cast<int64_t>(size));
-  });
+  increase_pool(stats_.segment, r.pool->is_small, 1);
+  increase_pool(stats_.reserved_bytes, r.pool->is_small, static_cast<int64_t>(size));
   if (size >= config_.max_split_size) stats_.oversize_segments.increase(1);
   ++stats_.num_device_alloc;
   history_.record(Action::kSegmentAlloc, addr, size, r.stream);
@@ -292,10 +283,8 @@ bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
 bool CachingAllocator::release_available_cached_blocks(const Request& r) {
   if (config_.max_split_size == std::numeric_limits<size_t>::max()) return false;
   BlockPool& pool = *r.pool;
-  Block key;
-  key.stream = r.stream;
-  key.size = std::max(r.size, config_.max_split_size);
-  auto it = pool.blocks.lower_bound(&key);
+  const BlockKey key{r.stream, std::max(r.size, config_.max_split_size)};
+  auto it = pool.blocks.lower_bound(key);
   // Only whole cached segments can go back to the device. Under the native
   // policy a free block of max_split_size or more always is one; a state
   // rebuilt from a recording made under other settings may hold split ones.
@@ -343,10 +332,8 @@ void CachingAllocator::release_pool(BlockPool& pool) {
 void CachingAllocator::release_block(Block* block) {
   device_.free(block->addr, block->size);
   total_reserved_ -= block->size;
-  for_pool_stats(block->pool->is_small, [&](size_t t) {
-    stats_.segment[t].decrease(1);
-    stats_.reserved_bytes[t].decrease(static_cast<int64_t>(block->size));
-  });
+  decrease_pool(stats_.segment, block->pool->is_small, 1);
+  decrease_pool(stats_.reserved_bytes, block->pool->is_small, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
   ++stats_.num_device_free;
   history_.record(Action::kSegmentFree, block->addr, block->size, block->stream);
@@ -387,7 +374,7 @@ void CachingAllocator::garbage_collect_cached_blocks() {
   }
 }
 
-bool CachingAllocator::should_split(const Block* block, size_t size) const {
+inline bool CachingAllocator::should_split(const Block* block, size_t size) const {
   const size_t remaining = block->size - size;
   if (block->pool->is_small || config_.expandable_segments) return remaining >= config_.min_block_size;
   return size < config_.max_split_size && remaining > kSmallSize;
@@ -395,7 +382,7 @@ bool CachingAllocator::should_split(const Block* block, size_t size) const {
 
 // Turns a free block (already out of its pool) into an allocation of r.size,
 // splitting off the remainder when the rules allow.
-Block* CachingAllocator::take_block(Request& r, Block* block) {
+inline Block* CachingAllocator::take_block(Request& r, Block* block) {
   const bool already_split = block->is_split() && !block->expandable;
   const bool is_small = r.pool->is_small;
   if (should_split(block, r.size)) {
@@ -420,31 +407,25 @@ Block* CachingAllocator::take_block(Request& r, Block* block) {
     if (block->expandable) {
       // expandable segments keep no inactive_split statistics (as PyTorch)
     } else if (already_split) {
-      for_pool_stats(is_small, [&](size_t t) { stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(r.size)); });
+      decrease_pool(stats_.inactive_split_bytes, is_small, static_cast<int64_t>(r.size));
     } else {
-      for_pool_stats(is_small, [&](size_t t) {
-        stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(remaining->size));
-        stats_.inactive_split[t].increase(1);
-      });
+      increase_pool(stats_.inactive_split_bytes, is_small, static_cast<int64_t>(remaining->size));
+      increase_pool(stats_.inactive_split, is_small, 1);
     }
   } else {
     if (r.pooled) r.pool->erase(block);
     if (already_split) {
-      for_pool_stats(is_small, [&](size_t t) {
-        stats_.inactive_split_bytes[t].decrease(static_cast<int64_t>(block->size));
-        stats_.inactive_split[t].decrease(1);
-      });
+      decrease_pool(stats_.inactive_split_bytes, is_small, static_cast<int64_t>(block->size));
+      decrease_pool(stats_.inactive_split, is_small, 1);
     }
   }
   block->allocated = true;
   block->requested_size = r.requested;
-  for_pool_stats(is_small, [&](size_t t) {
-    stats_.allocation[t].increase(1);
-    stats_.allocated_bytes[t].increase(static_cast<int64_t>(block->size));
-    stats_.active[t].increase(1);
-    stats_.active_bytes[t].increase(static_cast<int64_t>(block->size));
-    stats_.requested_bytes[t].increase(static_cast<int64_t>(r.requested));
-  });
+  increase_pool(stats_.allocation, is_small, 1);
+  increase_pool(stats_.allocated_bytes, is_small, static_cast<int64_t>(block->size));
+  increase_pool(stats_.active, is_small, 1);
+  increase_pool(stats_.active_bytes, is_small, static_cast<int64_t>(block->size));
+  increase_pool(stats_.requested_bytes, is_small, static_cast<int64_t>(r.requested));
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   return block;
 }
@@ -480,7 +461,12 @@ void CachingAllocator::set_pending_free_waiter(PendingFreeWaiter waiter) {
 
 void CachingAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
-  if (!try_deallocate(ptr)) {
+  bool freed;
+  {
+    std::lock_guard<ForkSafeMutex> lock(mutex_);
+    freed = free_locked(ptr);
+  }
+  if (!freed) {
     throw std::invalid_argument("free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
                                 ", which is not a live allocation of this allocator "
                                 "(a double free, or a pointer from elsewhere)");
@@ -490,6 +476,10 @@ void CachingAllocator::deallocate(void* ptr) {
 bool CachingAllocator::try_deallocate(void* ptr) {
   if (ptr == nullptr) return true;
   std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return free_locked(ptr);
+}
+
+inline bool CachingAllocator::free_locked(void* ptr) {
   Block* block = live_blocks_.take(reinterpret_cast<uintptr_t>(ptr));  // one probe on the hot path
   if (!block) return false;
   if (block->free_requested) {  // pending on other streams: complete_free() ends it
@@ -521,22 +511,18 @@ void CachingAllocator::complete_free(void* ptr) {
 }
 
 // As PyTorch's free(): the allocation ends here, the block stays active.
-void CachingAllocator::request_free_locked(Block* block) {
+inline void CachingAllocator::request_free_locked(Block* block) {
   history_.record(Action::kFreeRequested, block->addr, block->requested_size, block->stream);
   block->free_requested = true;
-  for_pool_stats(block->pool->is_small, [&](size_t t) {
-    stats_.allocation[t].decrease(1);
-    stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
-  });
+  decrease_pool(stats_.allocation, block->pool->is_small, 1);
+  decrease_pool(stats_.allocated_bytes, block->pool->is_small, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
 }
 
 // As PyTorch's free_block(): back to the cache. The block is already out of live_blocks_.
-void CachingAllocator::complete_free_locked(Block* block) {
+inline void CachingAllocator::complete_free_locked(Block* block) {
   history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
-  for_pool_stats(block->pool->is_small, [&](size_t t) {
-    stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested_size));
-  });
+  decrease_pool(stats_.requested_bytes, block->pool->is_small, static_cast<int64_t>(block->requested_size));
   block->allocated = false;
   block->free_requested = false;
   free_block(block);
@@ -545,7 +531,7 @@ void CachingAllocator::complete_free_locked(Block* block) {
 // The freed block joins its free neighbours. A neighbour already cached
 // holds the merged range (BlockPool::move: usually no tree change), and the
 // freed block's own record goes.
-void CachingAllocator::free_block(Block* block) {
+inline void CachingAllocator::free_block(Block* block) {
   const size_t original_size = block->size;
   BlockPool& pool = *block->pool;
   auto joins = [&](const Block* n) { return n && !n->allocated && n->mapped == block->mapped; };
@@ -585,14 +571,12 @@ void CachingAllocator::free_block(Block* block) {
     net_inactive_bytes += static_cast<int64_t>(merged->size);
   }
   if (merged->expandable) net_inactive_blocks = net_inactive_bytes = 0;
-  for_pool_stats(pool.is_small, [&](size_t t) {
-    if (net_inactive_blocks > 0) stats_.inactive_split[t].increase(net_inactive_blocks);
-    if (net_inactive_blocks < 0) stats_.inactive_split[t].decrease(-net_inactive_blocks);
-    if (net_inactive_bytes > 0) stats_.inactive_split_bytes[t].increase(net_inactive_bytes);
-    if (net_inactive_bytes < 0) stats_.inactive_split_bytes[t].decrease(-net_inactive_bytes);
-    stats_.active[t].decrease(1);
-    stats_.active_bytes[t].decrease(static_cast<int64_t>(original_size));
-  });
+  if (net_inactive_blocks > 0) increase_pool(stats_.inactive_split, pool.is_small, net_inactive_blocks);
+  if (net_inactive_blocks < 0) decrease_pool(stats_.inactive_split, pool.is_small, -net_inactive_blocks);
+  if (net_inactive_bytes > 0) increase_pool(stats_.inactive_split_bytes, pool.is_small, net_inactive_bytes);
+  if (net_inactive_bytes < 0) decrease_pool(stats_.inactive_split_bytes, pool.is_small, -net_inactive_bytes);
+  decrease_pool(stats_.active, pool.is_small, 1);
+  decrease_pool(stats_.active_bytes, pool.is_small, static_cast<int64_t>(original_size));
 }
 
 // Absorbs the free neighbour src into dst; returns the bytes absorbed.
@@ -662,8 +646,9 @@ void CachingAllocator::throw_oom(const Request& r) {
   OomInfo info;
   info.requested = r.requested;
   info.alloc_size = r.alloc_size ? r.alloc_size : r.requested;
-  info.allocated = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
-  info.reserved = static_cast<size_t>(stats_.reserved_bytes[kAggregate].current);
+  const DeviceStats now = stats_.with_pool_sums();
+  info.allocated = static_cast<size_t>(now.allocated_bytes[kAggregate].current);
+  info.reserved = static_cast<size_t>(now.reserved_bytes[kAggregate].current);
   info.largest_free = largest_free_block_locked();
   info.device_total = device_.total_bytes();
   info.device_free = device_free;
@@ -700,7 +685,7 @@ bool CachingAllocator::history_enabled() const {
 
 DeviceStats CachingAllocator::stats() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return stats_;
+  return stats_.with_pool_sums();
 }
 
 void CachingAllocator::reset_peak_stats() {
@@ -800,9 +785,10 @@ void CachingAllocator::check_invariants() const {
   for (const auto& es : expandable_segments_) mapped_expandable += es->mapped_bytes();
   size_t expandable_reserved = 0;
   for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
-    for (const Block* b : pool->blocks) {
+    for (const PoolEntry& entry : pool->blocks) {
+      const Block* b = entry.block;
       if (b->allocated || b->pool != pool || !b->mapped) fail("pool holds a block that is allocated, unmapped or belongs elsewhere");
-      if (*b->pool_pos != b) fail("block at " + hex(b->addr) + " has a stale pool position");
+      if (b->pool_pos->block != b || !(entry.key == key_of(b))) fail("block at " + hex(b->addr) + " has a stale pool entry");
       if (b->expandable) expandable_reserved += b->size;
     }
     for (const Block* b : pool->unmapped) {

@@ -130,8 +130,9 @@ class CachingAllocator final : public DeviceAllocator {
   void set_memory_fraction(double fraction) override;
 
   DeviceStats stats() const override;
-  // The live statistics without taking the lock: only for an owner that is
-  // the allocator's sole user (the replayer).
+  // The live statistics without taking the lock, kept pool by pool (their
+  // aggregates hold only peaks: stats.h, increase_pool): only for an owner
+  // that is the allocator's sole user (the replayer).
   const DeviceStats& stats_ref() const { return stats_; }
   void reset_peak_stats() override;
   void reset_accumulated_stats() override;
@@ -170,7 +171,9 @@ class CachingAllocator final : public DeviceAllocator {
 
   Request make_request(size_t size, Stream stream);
   Block* allocate_locked(Request& r);  // nullptr: out of memory (nothing counted)
+  Block* allocate_on_miss(Request& r);  // allocate_locked() when no cached block fits
   void* hand_out(Request& r, Block* block, uint64_t context);
+  bool free_locked(void* ptr);  // try_deallocate() under the lock
   void request_free_locked(Block* block);
   void complete_free_locked(Block* block);  // block already taken from live_blocks_
   Block* find_free_block(Request& r);
@@ -190,15 +193,24 @@ class CachingAllocator final : public DeviceAllocator {
   size_t merge(Block* dst, Block* src, BlockPool& pool);
   bool should_split(const Block* block, size_t size) const;
   BlockPool& pool_for(size_t size) { return size <= kSmallSize ? small_blocks_ : large_blocks_; }
-  size_t round_size(size_t size) const;
+  size_t round_size(size_t size) const {
+    const size_t granule = config_.min_block_size;  // a power of two
+    if (size < granule) return granule;
+    if (rounds_power2_divisions_) return round_size_by_divisions(size);
+    return (size + granule - 1) & ~(granule - 1);
+  }
+  size_t round_size_by_divisions(size_t size) const;
   [[noreturn]] void throw_oom(const Request& r);
   size_t largest_free_block_locked() const;
   std::vector<SegmentInfo> segments_locked() const;
   bool trigger_free_memory_callbacks();
   size_t limit_bytes() const;
 
-  Block* make_block();
-  void destroy_block(Block* block);
+  Block* make_block() { return new (nodes_.take()) Block(); }
+  void destroy_block(Block* block) {
+    block->~Block();
+    nodes_.give(block);
+  }
   void adopt_live_block(Block* block);
 
   Device& device_;
@@ -210,7 +222,7 @@ class CachingAllocator final : public DeviceAllocator {
   BlockPool small_blocks_{true, &nodes_, config_.reuse_order};
   LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
-  DeviceStats stats_;
+  DeviceStats stats_;  // kept pool by pool (stats.h, increase_pool); stats() fills in the aggregates
   size_t total_reserved_ = 0;
   double memory_fraction_ = 1.0;
   bool fraction_set_ = false;  // a limit applies: memory_fraction_ < 1

@@ -98,7 +98,7 @@ bool CachingAllocator::map_block(Block* block, size_t size) {
   merge(block, block->next, pool);
   pool.insert(block);
   total_reserved_ += mapped.size;
-  for_pool_stats(pool.is_small, [&](size_t t) { stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped.size)); });
+  increase_pool(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(mapped.size));
   ++stats_.num_device_alloc;
   history_.record(Action::kSegmentMap, mapped.addr, mapped.size, block->stream);
   return true;
@@ -132,7 +132,7 @@ void CachingAllocator::unmap_block(Block* block) {
   merge(block, block->next, pool);
   pool.unmapped.insert(block);
   total_reserved_ -= unmapped.size;
-  for_pool_stats(pool.is_small, [&](size_t t) { stats_.reserved_bytes[t].decrease(static_cast<int64_t>(unmapped.size)); });
+  decrease_pool(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(unmapped.size));
   ++stats_.num_device_free;
   history_.record(Action::kSegmentUnmap, unmapped.addr, unmapped.size, block->stream);
 }

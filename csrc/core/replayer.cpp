@@ -191,8 +191,9 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
       default:
         bad_event("unknown operation code " + std::to_string(ops[i]));
     }
-    const DeviceStats& s = *stats_;
-    sample(s.allocated_bytes[kAggregate].current, s.reserved_bytes[kAggregate].current);
+    const DeviceStats& s = *stats_;  // kept pool by pool (increase_pool): the aggregate is their sum
+    sample(s.allocated_bytes[kSmallPool].current + s.allocated_bytes[kLargePool].current,
+           s.reserved_bytes[kSmallPool].current + s.reserved_bytes[kLargePool].current);
   }
   return i;
 }

@@ -35,13 +35,11 @@ std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 // take_block() would have put it.
 void CachingAllocator::adopt_live_block(Block* b) {
   live_blocks_.insert(b->addr, b);
-  for_pool_stats(b->pool->is_small, [&](size_t t) {
-    stats_.allocation[t].increase(1);
-    stats_.allocated_bytes[t].increase(static_cast<int64_t>(b->size));
-    stats_.active[t].increase(1);
-    stats_.active_bytes[t].increase(static_cast<int64_t>(b->size));
-    stats_.requested_bytes[t].increase(static_cast<int64_t>(b->requested_size));
-  });
+  increase_pool(stats_.allocation, b->pool->is_small, 1);
+  increase_pool(stats_.allocated_bytes, b->pool->is_small, static_cast<int64_t>(b->size));
+  increase_pool(stats_.active, b->pool->is_small, 1);
+  increase_pool(stats_.active_bytes, b->pool->is_small, static_cast<int64_t>(b->size));
+  increase_pool(stats_.requested_bytes, b->pool->is_small, static_cast<int64_t>(b->requested_size));
   if (b->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
 }
 
@@ -97,10 +95,8 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
   if (cursor < end) add(cursor, end - cursor, 0, false);
 
   total_reserved_ += seg.size;
-  for_pool_stats(seg.is_small, [&](size_t t) {
-    stats_.segment[t].increase(1);
-    stats_.reserved_bytes[t].increase(static_cast<int64_t>(seg.size));
-  });
+  increase_pool(stats_.segment, seg.is_small, 1);
+  increase_pool(stats_.reserved_bytes, seg.is_small, static_cast<int64_t>(seg.size));
   if (seg.size >= config_.max_split_size) stats_.oversize_segments.increase(1);
   const bool split = tiles.size() > 1;
   for (Block* b : tiles) {
@@ -109,10 +105,8 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
     } else {
       pool.insert(b);
       if (split) {
-        for_pool_stats(seg.is_small, [&](size_t t) {
-          stats_.inactive_split[t].increase(1);
-          stats_.inactive_split_bytes[t].increase(static_cast<int64_t>(b->size));
-        });
+        increase_pool(stats_.inactive_split, seg.is_small, 1);
+        increase_pool(stats_.inactive_split_bytes, seg.is_small, static_cast<int64_t>(b->size));
       }
     }
   }
@@ -198,7 +192,7 @@ void CachingAllocator::restore_expandable(const RecordedRange& range) {
   }
   if (cursor < end) add(cursor, end - cursor, 0, false, false);
   total_reserved_ += mapped_bytes;
-  for_pool_stats(range.is_small, [&](size_t t) { stats_.reserved_bytes[t].increase(static_cast<int64_t>(mapped_bytes)); });
+  increase_pool(stats_.reserved_bytes, range.is_small, static_cast<int64_t>(mapped_bytes));
   expandable_segments_.push_back(std::move(segment));
 }
 

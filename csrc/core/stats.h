@@ -2,7 +2,8 @@
 // DeviceStats, so torch.cuda.memory_stats() keys map one to one.
 //
 // Invariant after every public call: each Stat's current equals its
-// recomputation from the blocks (CachingAllocator::check_invariants).
+// recomputation from the blocks (CachingAllocator::check_invariants), the
+// aggregates' once with_pool_sums() has filled them in.
 #pragma once
 
 #include <algorithm>
@@ -35,11 +36,20 @@ struct Stat {
 enum StatType : size_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2, kNumStatTypes = 3 };
 using StatArray = std::array<Stat, kNumStatTypes>;
 
-// Calls f(kAggregate) and f(the pool's own stat type).
-template <typename F>
-void for_pool_stats(bool is_small, F f) {
-  f(kAggregate);
-  f(is_small ? kSmallPool : kLargePool);
+// The allocators keep each StatArray pool by pool, the way their hot paths
+// change it: increase_pool() and decrease_pool() update the pool's Stat and
+// the aggregate's peak (the pools' total, as it stood at its highest), and
+// leave the aggregate's current, allocated and freed alone. Those are the
+// pools' sums, filled in by DeviceStats::with_pool_sums() when read. Half
+// the bookkeeping of an allocation and a free (benchmarks/bench_malloc.py).
+inline void increase_pool(StatArray& a, bool is_small, int64_t amount) {
+  Stat& pool = a[is_small ? kSmallPool : kLargePool];
+  const int64_t total = pool.current + amount + a[is_small ? kLargePool : kSmallPool].current;
+  pool.increase(amount);
+  if (total > a[kAggregate].peak) a[kAggregate].peak = total;
+}
+inline void decrease_pool(StatArray& a, bool is_small, int64_t amount) {
+  a[is_small ? kSmallPool : kLargePool].decrease(amount);
 }
 
 struct DeviceStats {
@@ -69,12 +79,24 @@ struct DeviceStats {
     }
   }
 
+  // A copy whose aggregates' current, allocated and freed are the sums of
+  // the pools' (stats kept with increase_pool / decrease_pool).
+  DeviceStats with_pool_sums() const {
+    DeviceStats out = *this;
+    out.for_each_stat_array([](StatArray& a) {
+      a[kAggregate].current = a[kSmallPool].current + a[kLargePool].current;
+      a[kAggregate].allocated = a[kSmallPool].allocated + a[kLargePool].allocated;
+      a[kAggregate].freed = a[kSmallPool].freed + a[kLargePool].freed;
+    });
+    return out;
+  }
+
   // The first current value that differs from `expect` (a recomputation),
   // described for check_invariants(); "" when none does.
   std::string current_difference(DeviceStats expect) const {
     static const char* const names[] = {"allocation", "segment", "active", "inactive_split", "allocated_bytes",
                                         "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes"};
-    DeviceStats actual = *this;
+    DeviceStats actual = with_pool_sums();
     std::vector<StatArray*> want, have;
     expect.for_each_stat_array([&](StatArray& a) { want.push_back(&a); });
     actual.for_each_stat_array([&](StatArray& a) { have.push_back(&a); });
@@ -89,8 +111,10 @@ struct DeviceStats {
     return "";
   }
 
-  // torch.cuda.reset_peak_memory_stats(): every peak to its current value.
+  // torch.cuda.reset_peak_memory_stats(): every peak to its current value
+  // (pool-kept stats: the aggregates' peaks to the pools' totals).
   void reset_peaks() {
+    *this = with_pool_sums();
     for_each_stat_array([](StatArray& a) {
       for (Stat& s : a) s.reset_peak();
     });

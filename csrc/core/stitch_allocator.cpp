@@ -187,10 +187,8 @@ StitchAllocator::Range* StitchAllocator::add_range(Stream stream, bool is_small,
 void StitchAllocator::account_mapped(const StitchRange& range, int64_t pages) {
   const int64_t bytes = pages * static_cast<int64_t>(page_size_);
   mapped_bytes_ = static_cast<size_t>(static_cast<int64_t>(mapped_bytes_) + bytes);
-  for_pool_stats(range.is_small(), [&](size_t t) {
-    if (bytes > 0) stats_.reserved_bytes[t].increase(bytes);
-    if (bytes < 0) stats_.reserved_bytes[t].decrease(-bytes);
-  });
+  if (bytes > 0) increase_pool(stats_.reserved_bytes, range.is_small(), bytes);
+  if (bytes < 0) decrease_pool(stats_.reserved_bytes, range.is_small(), -bytes);
   if (pages > 0) stats_.num_device_alloc += pages;
   if (pages < 0) stats_.num_device_free += -pages;
 }
@@ -411,13 +409,11 @@ void* StitchAllocator::allocate(size_t size, Stream stream) {
   if (p.maps == 0) ++counters_.placements_on_cached;
   SBlock* block = carve(p, rounded);
   block->requested = size;
-  for_pool_stats(is_small, [&](size_t t) {
-    stats_.allocation[t].increase(1);
-    stats_.allocated_bytes[t].increase(static_cast<int64_t>(rounded));
-    stats_.active[t].increase(1);
-    stats_.active_bytes[t].increase(static_cast<int64_t>(rounded));
-    stats_.requested_bytes[t].increase(static_cast<int64_t>(size));
-  });
+  increase_pool(stats_.allocation, is_small, 1);
+  increase_pool(stats_.allocated_bytes, is_small, static_cast<int64_t>(rounded));
+  increase_pool(stats_.active, is_small, 1);
+  increase_pool(stats_.active_bytes, is_small, static_cast<int64_t>(rounded));
+  increase_pool(stats_.requested_bytes, is_small, static_cast<int64_t>(size));
   if (rounded >= config_.max_split_size) stats_.oversize_allocations.increase(1);
   live_.emplace(block->addr, block);
   history_.record(Action::kAlloc, block->addr, size, stream, context);
@@ -451,13 +447,11 @@ bool StitchAllocator::try_deallocate(void* ptr) {
   SBlock* block = it->second;
   live_.erase(it);
   history_.record(Action::kFreeRequested, block->addr, block->requested, block->stream);
-  for_pool_stats(block->is_small, [&](size_t t) {
-    stats_.allocation[t].decrease(1);
-    stats_.allocated_bytes[t].decrease(static_cast<int64_t>(block->size));
-    stats_.active[t].decrease(1);
-    stats_.active_bytes[t].decrease(static_cast<int64_t>(block->size));
-    stats_.requested_bytes[t].decrease(static_cast<int64_t>(block->requested));
-  });
+  decrease_pool(stats_.allocation, block->is_small, 1);
+  decrease_pool(stats_.allocated_bytes, block->is_small, static_cast<int64_t>(block->size));
+  decrease_pool(stats_.active, block->is_small, 1);
+  decrease_pool(stats_.active_bytes, block->is_small, static_cast<int64_t>(block->size));
+  decrease_pool(stats_.requested_bytes, block->is_small, static_cast<int64_t>(block->requested));
   if (block->size >= config_.max_split_size) stats_.oversize_allocations.decrease(1);
   history_.record(Action::kFreeCompleted, block->addr, block->requested, block->stream);
   free_block(block);
@@ -483,7 +477,7 @@ void StitchAllocator::throw_oom(size_t requested, size_t rounded, Stream stream)
   OomInfo info;
   info.requested = requested;
   info.alloc_size = rounded ? rounded : requested;
-  info.allocated = static_cast<size_t>(stats_.allocated_bytes[kAggregate].current);
+  info.allocated = static_cast<size_t>(stats_.with_pool_sums().allocated_bytes[kAggregate].current);
   info.reserved = mapped_bytes_;
   info.largest_free = largest_free_block_locked();
   info.device_total = device_.total_bytes();
@@ -520,7 +514,7 @@ bool StitchAllocator::history_enabled() const {
 
 DeviceStats StitchAllocator::stats() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return stats_;
+  return stats_.with_pool_sums();
 }
 
 void StitchAllocator::reset_peak_stats() {

@@ -76,7 +76,9 @@ class StitchAllocator final : public DeviceAllocator {
   void set_memory_fraction(double fraction) override;
 
   DeviceStats stats() const override;
-  // The live statistics without the lock: for a sole owner (the replayer).
+  // The live statistics without the lock, kept pool by pool (their
+  // aggregates hold only peaks: stats.h, increase_pool): for a sole owner
+  // (the replayer).
   const DeviceStats& stats_ref() const { return stats_; }
   void reset_peak_stats() override;
   void reset_accumulated_stats() override;
@@ -174,7 +176,7 @@ class StitchAllocator final : public DeviceAllocator {
   LiveMap live_{64, std::hash<uintptr_t>{}, std::equal_to<uintptr_t>{},
                 PoolAllocator<std::pair<const uintptr_t, SBlock*>>(&nodes_)};
   std::vector<std::unique_ptr<Range>> ranges_;  // in the order they were reserved
-  DeviceStats stats_;
+  DeviceStats stats_;  // kept pool by pool (stats.h, increase_pool); stats() fills in the aggregates
   Counters counters_;
   size_t mapped_bytes_ = 0;
   double memory_fraction_ = 1.0;
