@@ -124,8 +124,9 @@ struct BlockPool {
     if (block->mapped) blocks.erase(block->pool_pos);
     else unmapped.erase(block);
   }
-  // A cached, mapped block takes the bounds [addr, addr + size): the same
-  // state as erase(), the change, then insert(). The entry stays where it
+  // A cached, mapped block takes the bounds [addr, addr + size), size !=
+  // block->size (a split's remainder, or a merge): the same state as
+  // erase(), the change, then insert(). The entry stays where it
   // is, with no tree change, when the new key keeps its place between its
   // neighbours in the order (the common split and merge).
   void move(Block* block, uintptr_t addr, size_t size) {

@@ -115,7 +115,6 @@ CachingAllocator::~CachingAllocator() {
 
 static_assert(sizeof(Block) <= NodePool::kChunk, "a Block must fit a node-pool chunk");
 
-
 size_t CachingAllocator::round_size_by_divisions(size_t size) const {
   const size_t divisions = config_.divisions_for(size);
   if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
@@ -380,8 +379,10 @@ inline bool CachingAllocator::should_split(const Block* block, size_t size) cons
   return size < config_.max_split_size && remaining > kSmallSize;
 }
 
-// Turns a free block (already out of its pool) into an allocation of r.size,
-// splitting off the remainder when the rules allow.
+// Turns a free block into an allocation of r.size, splitting off the
+// remainder when the rules allow. The block is still in r.pool's free set
+// when r.pooled (find_free_block): a split moves its entry to the remainder,
+// otherwise it is erased.
 inline Block* CachingAllocator::take_block(Request& r, Block* block) {
   const bool already_split = block->is_split() && !block->expandable;
   const bool is_small = r.pool->is_small;
