@@ -3,9 +3,12 @@
 // tc_malloc/tc_free, called directly: glibc stays the process's malloc), on
 // the same size sequence, in one process. torchmem runs the native policy.
 //
-// Two workloads, each over the same sequence of sizes (the ~20 distinct
+// Three workloads, each over the same sequence of sizes (the ~20 distinct
 // sizes of a BERT-base step, 512 B to 16 MiB):
 //   pair:    malloc then free at once (the allocator's fast path);
+//   pair2t:  the same pairs split between two threads on one allocator
+//            (wall time over all pairs: what contention costs; glibc and
+//            tcmalloc keep per-thread caches, torchmem's core one lock);
 //   window:  keep 64 blocks live, free the oldest on each malloc, and write
 //            one byte per 4 KiB page of each new block (so memory the
 //            allocator returned to the OS costs page faults again).
@@ -18,6 +21,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/caching_allocator.h"
@@ -80,6 +84,23 @@ double pair_ns(A& a, const std::vector<size_t>& sizes) {
 }
 
 template <typename A>
+double pair_two_threads_ns(A& a, const std::vector<size_t>& sizes) {
+  const size_t half = sizes.size() / 2;
+  auto run = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      void* p = a.allocate(sizes[i]);
+      static_cast<volatile char*>(p)[0] = 1;
+      a.deallocate(p);
+    }
+  };
+  auto start = Clock::now();
+  std::thread other(run, half, sizes.size());
+  run(0, half);
+  other.join();
+  return std::chrono::duration<double, std::nano>(Clock::now() - start).count() / sizes.size();
+}
+
+template <typename A>
 double window_ns(A& a, const std::vector<size_t>& sizes) {
   std::deque<void*> live;
   auto start = Clock::now();
@@ -120,6 +141,9 @@ int main(int argc, char** argv) {
     row("pair", "glibc", pair_ns(glibc, pairs));
     row("pair", "torchmem", pair_ns(ours, pairs));
     if (tc.available()) row("pair", "tcmalloc", pair_ns(tc, pairs));
+    row("pair2t", "glibc", pair_two_threads_ns(glibc, pairs));
+    row("pair2t", "torchmem", pair_two_threads_ns(ours, pairs));
+    if (tc.available()) row("pair2t", "tcmalloc", pair_two_threads_ns(tc, pairs));
     row("window", "glibc", window_ns(glibc, windows));
     row("window", "torchmem", window_ns(ours, windows));
     if (tc.available()) row("window", "tcmalloc", window_ns(tc, windows));

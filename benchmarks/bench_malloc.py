@@ -4,8 +4,9 @@
 
 Prints the median ns per operation of each allocator and the ratios
 torchmem / glibc and tcmalloc / glibc (medians of the per-repeat ratios)
-for two workloads (see bench_malloc.cpp). tcmalloc is measured when
-libtcmalloc_minimal.so.4 can be opened (Debian: libtcmalloc-minimal4).
+for three workloads (bench_malloc.cpp: pair, pair2t, window). tcmalloc is
+measured when libtcmalloc_minimal.so.4 can be opened (Debian:
+libtcmalloc-minimal4).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def main() -> None:
     print(f"median of {args.repeats}; ratios to glibc are medians of the per-repeat ratios")
     print(f"{'workload':<8} {'glibc ns':>10} {'torchmem ns':>12} {'torchmem/glibc':>15}" +
           (f" {'tcmalloc ns':>12} {'tcmalloc/glibc':>15}" if has_tc else "   (tcmalloc not found)"))
-    for workload in ("pair", "window"):
+    for workload in ("pair", "pair2t", "window"):
         ns = {a: [r["ns"] for r in rows if r["workload"] == workload and r["allocator"] == a]
               for a in ("glibc", "torchmem", "tcmalloc")}
         g = ns["glibc"]
