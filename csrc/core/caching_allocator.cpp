@@ -59,13 +59,13 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
   return rounded_floor == size ? size : rounded_floor + step;
 }
 
-std::string hex(uintptr_t addr) {
+}  // namespace
+
+std::string hex_address(uintptr_t addr) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
   return buf;
 }
-
-}  // namespace
 
 std::string format_size(size_t bytes) {
   char buf[64];
@@ -79,6 +79,18 @@ std::string format_size(size_t bytes) {
     std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
   }
   return buf;
+}
+
+std::string oom_message_head(const std::string& device_name, const OomInfo& info, bool limited) {
+  std::ostringstream msg;
+  msg << device_name << " out of memory. Tried to allocate " << format_size(info.alloc_size) << ". Device "
+      << device_name << " has a total capacity of " << format_size(info.device_total) << " of which "
+      << format_size(info.device_free) << " is free. "
+      << (limited ? format_size(info.allowed) + " allowed; " : std::string()) << "Of the allocated memory "
+      << format_size(info.allocated) << " is allocated by PyTorch, and "
+      << format_size(info.reserved - std::min(info.reserved, info.allocated))
+      << " is reserved by PyTorch but unallocated";
+  return msg.str();
 }
 
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
@@ -468,7 +480,7 @@ void CachingAllocator::deallocate(void* ptr) {
     freed = free_locked(ptr);
   }
   if (!freed) {
-    throw std::invalid_argument("free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
+    throw std::invalid_argument("free of " + hex_address(reinterpret_cast<uintptr_t>(ptr)) +
                                 ", which is not a live allocation of this allocator "
                                 "(a double free, or a pointer from elsewhere)");
   }
@@ -505,7 +517,7 @@ void CachingAllocator::complete_free(void* ptr) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   Block* block = live_blocks_.find(reinterpret_cast<uintptr_t>(ptr));
   if (!block || !block->free_requested) {
-    throw std::logic_error("complete_free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
+    throw std::logic_error("complete_free of " + hex_address(reinterpret_cast<uintptr_t>(ptr)) +
                            ", whose free was not requested");
   }
   complete_free_locked(live_blocks_.take(block->addr));
@@ -654,19 +666,12 @@ void CachingAllocator::throw_oom(const Request& r) {
   info.device_total = device_.total_bytes();
   info.device_free = device_free;
   info.allowed = fraction_set_ ? limit_bytes() : info.device_total;
-  // PyTorch's wording: the device's own total and free, then the limit a
-  // memory fraction sets ("N allowed; "), then what the allocator holds.
-  std::ostringstream msg;
-  msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.alloc_size) << ". Device "
-      << device_.name() << " has a total capacity of " << format_size(info.device_total) << " of which "
-      << format_size(info.device_free) << " is free. "
-      << (fraction_set_ ? format_size(info.allowed) + " allowed; " : std::string())
-      << "Of the allocated memory " << format_size(info.allocated)
-      << " is allocated by PyTorch, and " << format_size(info.reserved - info.allocated)
-      << " is reserved by PyTorch but unallocated; the largest free block is " << format_size(info.largest_free)
-      << ". If reserved but unallocated memory is large try setting "
-         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF for torchmem) to avoid fragmentation.";
-  throw OutOfMemory(msg.str(), info);
+  throw OutOfMemory(oom_message_head(device_.name(), info, fraction_set_) + "; the largest free block is " +
+                        format_size(info.largest_free) +
+                        ". If reserved but unallocated memory is large try setting "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF for torchmem) to "
+                        "avoid fragmentation.",
+                    info);
 }
 
 void CachingAllocator::enable_history(size_t max_entries, History::ContextProvider provider) {
@@ -746,7 +751,7 @@ void CachingAllocator::check_invariants() const {
   size_t live_blocks_seen = 0;
   uintptr_t previous_end = 0;
   for (const SegmentInfo& seg : segments_locked()) {
-    if (seg.addr < previous_end) fail("segment at " + hex(seg.addr) + " overlaps the previous one");
+    if (seg.addr < previous_end) fail("segment at " + hex_address(seg.addr) + " overlaps the previous one");
     previous_end = seg.addr + seg.total_size;
     const size_t pool_stat = seg.is_small ? kSmallPool : kLargePool;
     for (size_t t : {size_t(kAggregate), pool_stat}) {
@@ -756,12 +761,12 @@ void CachingAllocator::check_invariants() const {
     uintptr_t cursor = seg.addr;
     bool previous_free = false;
     for (const BlockInfo& b : seg.blocks) {
-      if (b.addr != cursor) fail("blocks of segment " + hex(seg.addr) + " do not tile it at " + hex(b.addr));
+      if (b.addr != cursor) fail("blocks of segment " + hex_address(seg.addr) + " do not tile it at " + hex_address(b.addr));
       cursor += b.size;
-      if (b.size == 0 || b.size % config_.min_block_size != 0) fail("block at " + hex(b.addr) + " has size " + std::to_string(b.size));
+      if (b.size == 0 || b.size % config_.min_block_size != 0) fail("block at " + hex_address(b.addr) + " has size " + std::to_string(b.size));
       const bool is_free = !b.active;
-      if (is_free && previous_free) fail("two neighbouring free blocks at " + hex(b.addr));
-      if (b.allocated && !b.active) fail("block at " + hex(b.addr) + " is allocated but not active");
+      if (is_free && previous_free) fail("two neighbouring free blocks at " + hex_address(b.addr));
+      if (b.allocated && !b.active) fail("block at " + hex_address(b.addr) + " is allocated but not active");
       previous_free = is_free;
       for (size_t t : {size_t(kAggregate), pool_stat}) {
         if (b.active) {
@@ -789,12 +794,12 @@ void CachingAllocator::check_invariants() const {
     for (const PoolEntry& entry : pool->blocks) {
       const Block* b = entry.block;
       if (b->allocated || b->pool != pool || !b->mapped) fail("pool holds a block that is allocated, unmapped or belongs elsewhere");
-      if (b->pool_pos->block != b || !(entry.key == key_of(b))) fail("block at " + hex(b->addr) + " has a stale pool entry");
+      if (b->pool_pos->block != b || !(entry.key == key_of(b))) fail("block at " + hex_address(b->addr) + " has a stale pool entry");
       if (b->expandable) expandable_reserved += b->size;
     }
     for (const Block* b : pool->unmapped) {
       if (b->allocated || b->mapped || !b->expandable) fail("unmapped set holds a mapped or allocated block");
-      if (b->next && !b->next->mapped && !b->next->allocated) fail("two neighbouring unmapped blocks at " + hex(b->addr));
+      if (b->next && !b->next->mapped && !b->next->allocated) fail("two neighbouring unmapped blocks at " + hex_address(b->addr));
     }
   }
   live_blocks_.for_each([&](const Block* b) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -32,5 +33,15 @@ class OutOfMemory : public std::runtime_error {
 
 // "2.00 GiB", "512 bytes": the size format of PyTorch's messages.
 std::string format_size(size_t bytes);
+
+// "0x7f0000000000": how the core's messages name an address.
+std::string hex_address(uintptr_t addr);
+
+// PyTorch's out-of-memory message up to what the allocator holds: the
+// device's own total and free, the limit a memory fraction sets ("N
+// allowed; ", when `limited`), then "Of the allocated memory A is allocated
+// by PyTorch, and R is reserved by PyTorch but unallocated". Each policy
+// appends its own ending.
+std::string oom_message_head(const std::string& device_name, const OomInfo& info, bool limited);
 
 }  // namespace torchmem

@@ -10,7 +10,6 @@
 // for a block of max_split_size or more, which is never split, a remainder
 // under max_non_split_rounding).
 #include <algorithm>
-#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -20,12 +19,6 @@
 namespace torchmem {
 
 namespace {
-
-std::string hex_address(uintptr_t addr) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-  return buf;
-}
 
 std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 

@@ -37,9 +37,7 @@
 #include "core/stitch_allocator.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
-#include <sstream>
 #include <stdexcept>
 
 namespace torchmem {
@@ -53,12 +51,6 @@ constexpr size_t kMinRangePages = 64;
 constexpr int kCandidates = 32;  // best-fit free blocks looked at per request, besides the tails
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-std::string hex(uintptr_t addr) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-  return buf;
-}
 
 }  // namespace
 
@@ -433,7 +425,7 @@ bool StitchAllocator::has_live_allocations() const {
 void StitchAllocator::deallocate(void* ptr) {
   if (ptr == nullptr) return;
   if (!try_deallocate(ptr)) {
-    throw std::invalid_argument("free of " + hex(reinterpret_cast<uintptr_t>(ptr)) +
+    throw std::invalid_argument("free of " + hex_address(reinterpret_cast<uintptr_t>(ptr)) +
                                 ", which is not a live allocation of this allocator "
                                 "(a double free, or a pointer from elsewhere)");
   }
@@ -483,15 +475,10 @@ void StitchAllocator::throw_oom(size_t requested, size_t rounded, Stream stream)
   info.device_total = device_.total_bytes();
   info.device_free = device_free;
   info.allowed = fraction_set_ ? limit_bytes() : info.device_total;
-  std::ostringstream msg;
-  msg << device_.name() << " out of memory. Tried to allocate " << format_size(info.alloc_size) << ". Device "
-      << device_.name() << " has a total capacity of " << format_size(info.device_total) << " of which "
-      << format_size(info.device_free) << " is free. "
-      << (fraction_set_ ? format_size(info.allowed) + " allowed; " : std::string()) << "Of the allocated memory "
-      << format_size(info.allocated) << " is allocated by PyTorch, and " << format_size(info.reserved - std::min(info.reserved, info.allocated))
-      << " is reserved by PyTorch but unallocated (policy:stitch: free bytes in pages that also hold live "
-         "blocks; every wholly free page was unmapped).";
-  throw OutOfMemory(msg.str(), info);
+  throw OutOfMemory(oom_message_head(device_.name(), info, fraction_set_) +
+                        " (policy:stitch: free bytes in pages that also hold live blocks; every wholly free page "
+                        "was unmapped).",
+                    info);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,22 +1,11 @@
 // The stitch policy's views of itself: segments for snapshots, the largest
 // free run, and the invariants. Off the hot path.
 #include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "core/stitch_allocator.h"
 
 namespace torchmem {
-
-namespace {
-
-std::string hex(uintptr_t addr) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-  return buf;
-}
-
-}  // namespace
 
 std::vector<SegmentInfo> StitchAllocator::segments() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
@@ -96,18 +85,18 @@ void StitchAllocator::check_invariants() const {
     size_t live_blocks = 0;
     const SBlock* last = nullptr;
     for (const SBlock* b = range->head; b; last = b, b = b->next) {
-      if (b->range != range.get() || b->prev != last) fail("block links of the range at " + hex(r.base()) + " are broken at " + hex(b->addr));
-      if (b->addr != cursor) fail("blocks do not tile the range at " + hex(r.base()) + " at " + hex(b->addr));
-      if (b->size == 0 || b->size % kMinBlockSize != 0) fail("block at " + hex(b->addr) + " has size " + std::to_string(b->size));
-      if (b->stream != r.stream() || b->is_small != r.is_small()) fail("block at " + hex(b->addr) + " has another stream or class than its range");
-      if (!b->allocated && last && !last->allocated) fail("two neighbouring free blocks at " + hex(b->addr));
+      if (b->range != range.get() || b->prev != last) fail("block links of the range at " + hex_address(r.base()) + " are broken at " + hex_address(b->addr));
+      if (b->addr != cursor) fail("blocks do not tile the range at " + hex_address(r.base()) + " at " + hex_address(b->addr));
+      if (b->size == 0 || b->size % kMinBlockSize != 0) fail("block at " + hex_address(b->addr) + " has size " + std::to_string(b->size));
+      if (b->stream != r.stream() || b->is_small != r.is_small()) fail("block at " + hex_address(b->addr) + " has another stream or class than its range");
+      if (!b->allocated && last && !last->allocated) fail("two neighbouring free blocks at " + hex_address(b->addr));
       cursor += b->size;
       if (b->allocated) {
         ++live_blocks;
         ++live_seen;
         auto it = live_.find(b->addr);
-        if (it == live_.end() || it->second != b) fail("allocated block at " + hex(b->addr) + " is not in the live map");
-        if (b->requested == 0 || b->requested > b->size) fail("allocated block at " + hex(b->addr) + " has requested size " + std::to_string(b->requested));
+        if (it == live_.end() || it->second != b) fail("allocated block at " + hex_address(b->addr) + " is not in the live map");
+        if (b->requested == 0 || b->requested > b->size) fail("allocated block at " + hex_address(b->addr) + " has requested size " + std::to_string(b->requested));
         for (size_t i = r.first_page(b->addr); i < r.end_page(b->addr, b->size); ++i) {
           const uintptr_t lo = std::max(b->addr, r.page_addr(i));
           const uintptr_t hi = std::min(b->addr + b->size, r.page_addr(i) + r.page_size());
@@ -121,13 +110,13 @@ void StitchAllocator::check_invariants() const {
       } else {
         ++free_seen;
         auto it = free_.find(const_cast<SBlock*>(b));
-        if (it == free_.end() || *it != b) fail("free block at " + hex(b->addr) + " is not in the free index");
+        if (it == free_.end() || *it != b) fail("free block at " + hex_address(b->addr) + " is not in the free index");
       }
     }
-    if (cursor != r.end() || range->tail != last) fail("blocks do not reach the end of the range at " + hex(r.base()));
-    if (live_blocks != r.live_blocks) fail("the live block count of the range at " + hex(r.base()) + " is out of step");
+    if (cursor != r.end() || range->tail != last) fail("blocks do not reach the end of the range at " + hex_address(r.base()));
+    if (live_blocks != r.live_blocks) fail("the live block count of the range at " + hex_address(r.base()) + " is out of step");
     for (size_t i = 0; i < r.pages(); ++i) {
-      if (live[i] != r.live(i)) fail("page " + hex(r.page_addr(i)) + " counts " + std::to_string(r.live(i)) + " live bytes, its blocks hold " + std::to_string(live[i]));
+      if (live[i] != r.live(i)) fail("page " + hex_address(r.page_addr(i)) + " counts " + std::to_string(r.live(i)) + " live bytes, its blocks hold " + std::to_string(live[i]));
     }
     mapped += r.mapped_pages();
     for (size_t t : {size_t(kAggregate), size_t(r.is_small() ? kSmallPool : kLargePool)}) {
