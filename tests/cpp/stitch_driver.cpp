@@ -32,6 +32,7 @@
 #include "core/sim_device.h"
 #include "core/stitch_allocator.h"
 
+#include "device_checks.h"
 #include "driver_checks.h"
 
 using namespace torchmem;
@@ -39,39 +40,6 @@ using namespace torchmem;
 namespace {
 
 using namespace driver;
-
-void check_device_clean(const FaultyDevice& dev, const char* file, int line) {
-  ++g_checks;
-  if (!dev.holds_nothing()) {
-    report_failure(file, line, "device still holds " + std::to_string(dev.reserved_ranges()) + " ranges, " +
-                                   std::to_string(dev.mapped_bytes()) + " mapped bytes");
-  }
-  for (const std::string& v : dev.violations()) report_failure(file, line, "device contract: " + v);
-}
-#define DEVICE_CLEAN(dev) check_device_clean((dev), __FILE__, __LINE__)
-
-// Host memory patterns: the ends and the middle of a block carry its tag.
-void fill(uintptr_t addr, size_t size, uint8_t tag) {
-  auto* p = reinterpret_cast<uint8_t*>(addr);
-  if (size <= 64 * KiB) {
-    std::memset(p, tag, size);
-  } else {
-    std::memset(p, tag, 4 * KiB);
-    std::memset(p + size / 2 - 2 * KiB, tag, 4 * KiB);
-    std::memset(p + size - 4 * KiB, tag, 4 * KiB);
-  }
-}
-
-bool intact(uintptr_t addr, size_t size, uint8_t tag) {
-  auto* p = reinterpret_cast<const uint8_t*>(addr);
-  auto range_ok = [&](size_t off, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      if (p[off + i] != tag) return false;
-    return true;
-  };
-  if (size <= 64 * KiB) return range_ok(0, size);
-  return range_ok(0, 4 * KiB) && range_ok(size / 2 - 2 * KiB, 4 * KiB) && range_ok(size - 4 * KiB, 4 * KiB);
-}
 
 size_t random_size(std::mt19937_64& rng) {
   switch (rng() % 4) {
