@@ -2,9 +2,9 @@
 //
 // An uncontended lock() and unlock() are one atomic instruction each,
 // inlined: std::mutex makes the same two atomic operations but through
-// out-of-line pthread calls, which cost a cached malloc+free pair about 7 ns
-// of its ~63 (benchmarks/bench_malloc.py, BENCHMARKS.md "Cached
-// malloc+free"). A thread that finds the lock taken spins briefly, then
+// out-of-line pthread calls, which cost a cached malloc+free pair about 9 ns
+// of its ~69 (BENCHMARKS.md, "A cached malloc+free in the core", commits
+// c1772ee and fc60b00). A thread that finds the lock taken spins briefly, then
 // sleeps in the kernel (a futex on Linux; elsewhere it yields), so a thread
 // that waits while the holder calls the device (mmap, cudaMalloc) does not
 // burn a core.
