@@ -7,7 +7,38 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast sanitize sanitize-quick clean
+.PHONY: demo test test-fast test-cpu test-fakegpu sanitize sanitize-quick clean fakegpu fakegpu-ext
+
+# The fake GPU (fakegpu/, docs/fakegpu.md): a stand-in for libcudart.so.13
+# plus fake libcuda.so.1 and libnvidia-ml.so.1, built with the CUDA headers of
+# CUDA_HOME (or those of the CUDA torch venv's nvidia wheel).
+CUDA_HOME ?= /usr/local/cuda
+FAKEGPU_DIR := build/fakegpu
+FAKEGPU_CUDA_INCLUDE ?= $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h .venv-cuda/lib/python3*/site-packages/nvidia/cu13/include/cuda_runtime_api.h)))
+FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11 -I$(FAKEGPU_CUDA_INCLUDE)
+FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
+FAKEGPU_OBJECTS := $(patsubst fakegpu/src/%.c,$(FAKEGPU_DIR)/obj/%.o,$(FAKEGPU_SOURCES))
+FAKEGPU_LIBS := $(FAKEGPU_DIR)/libtorchmem_fakecudart.so $(FAKEGPU_DIR)/libcuda.so.1 $(FAKEGPU_DIR)/libnvidia-ml.so.1
+
+fakegpu: $(FAKEGPU_LIBS)
+
+$(FAKEGPU_DIR)/obj/%.o: fakegpu/src/%.c fakegpu/src/state.h fakegpu/include/fakegpu.h
+	@test -n "$(FAKEGPU_CUDA_INCLUDE)" || { echo "fakegpu: no CUDA headers (cuda_runtime_api.h): set CUDA_HOME, or install a CUDA build of torch in .venv-cuda" >&2; exit 1; }
+	@mkdir -p $(@D)
+	$(CC) $(FAKEGPU_CFLAGS) -c $< -o $@
+
+$(FAKEGPU_DIR)/libtorchmem_fakecudart.so: $(FAKEGPU_OBJECTS) fakegpu/gen_stubs.py fakegpu/cudart_symbols.txt
+	$(PYTHON) fakegpu/gen_stubs.py fakegpu/cudart_symbols.txt $(FAKEGPU_DIR)/gen $(FAKEGPU_OBJECTS)
+	$(CC) $(FAKEGPU_CFLAGS) -c $(FAKEGPU_DIR)/gen/stubs.c -o $(FAKEGPU_DIR)/obj/stubs.o
+	$(CC) -shared -o $@ $(FAKEGPU_OBJECTS) $(FAKEGPU_DIR)/obj/stubs.o -Wl,--version-script=$(FAKEGPU_DIR)/gen/cudart.map -Wl,-soname,libtorchmem_fakecudart.so -lpthread
+
+$(FAKEGPU_DIR)/libcuda.so.1: fakegpu/libcuda/libcuda.c
+	@mkdir -p $(@D)
+	$(CC) $(FAKEGPU_CFLAGS) -shared -o $@ $< -Wl,-soname,libcuda.so.1
+
+$(FAKEGPU_DIR)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(FAKEGPU_CFLAGS) -shared -o $@ $< -Wl,-soname,libnvidia-ml.so.1
 
 # A venv that also sees system packages, so a CUDA build of torch already
 # installed is used as it is; otherwise the CPU build of torch $(TORCH_VERSION).
@@ -23,14 +54,51 @@ $(VENV)/.built: $(VENV)/.deps $(SOURCES)
 	$(PY) -m pip install -q --no-build-isolation -e .
 	touch $@
 
+# The fake-GPU tier (docs/fakegpu.md): a CUDA build of torch in its own venv,
+# torchmem built against it into build/cuda-$(FAKEGPU_TORCH) (the in-tree
+# extension stays the CPU tier's), and pytest run on the fake GPU. torch 2.14.1
+# lies on this machine's disk; other releases (2.11.0, 2.13.0) come from the
+# package index: `make test-fakegpu FAKEGPU_TORCH=2.11.0`.
+FAKEGPU_TORCH ?= 2.14.1
+CUDA_VENV ?= .venv-cuda$(if $(filter 2.14.1,$(FAKEGPU_TORCH)),,-$(FAKEGPU_TORCH))
+CUDA_PY := $(CUDA_VENV)/bin/python
+CUDA_BUILD := build/cuda-$(FAKEGPU_TORCH)
+FAKEGPU_PIP := $(if $(filter 2.14.1,$(FAKEGPU_TORCH)),,--isolated --cert /etc/ssl/certs/ca-certificates.crt)
+FAKEGPU_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/lib/torchmem TORCHMEM_FAKEGPU_LIBS=$(abspath $(FAKEGPU_DIR)) \
+  TORCHMEM_FAKEGPU_LOG=$(abspath $(CUDA_BUILD))/unimplemented.log TORCHMEM_FAKEGPU_REQUIRED=1
+
+$(CUDA_VENV)/.deps: requirements-dev.txt
+	test -x $(CUDA_PY) || $(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.__version__.startswith('$(FAKEGPU_TORCH)') else 1)" 2>/dev/null || \
+	  $(CUDA_PY) -m pip install $(FAKEGPU_PIP) torch==$(FAKEGPU_TORCH) || \
+	  { echo "FAKE-GPU TIER: no CUDA build of torch $(FAKEGPU_TORCH) could be installed; the tier cannot run" >&2; exit 1; }
+	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'FAKE-GPU TIER: torch ' + torch.__version__ + ' in $(CUDA_VENV) is not a CUDA build')"
+	$(CUDA_PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+$(CUDA_BUILD)/.built: $(CUDA_VENV)/.deps $(SOURCES)
+	CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_PY) setup.py -q build_ext \
+	  --build-temp $(CUDA_BUILD)/temp --build-lib $(CUDA_BUILD)/lib
+	$(CUDA_PY) -c "import glob, sys; sys.exit(0 if glob.glob('$(CUDA_BUILD)/lib/torchmem/_C*.so') else 'no extension built in $(CUDA_BUILD)')"
+	touch $@
+
+fakegpu-ext: $(CUDA_BUILD)/.built
+
 demo: $(VENV)/.built
 	$(PY) -m torchmem demo
 
-test: $(VENV)/.built
-	$(PY) -m pytest -q tests
+test: test-cpu test-fakegpu
 
-test-fast: $(VENV)/.built
-	$(PY) -m pytest -q -x tests -m "not slow"
+test-cpu: $(VENV)/.built
+	$(PY) -m pytest -q tests --ignore=tests/fakegpu
+
+test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
+	rm -f $(CUDA_BUILD)/unimplemented.log
+	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
+	$(PY) -m pytest -q -x tests --ignore=tests/fakegpu -m "not slow"
+	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q -x tests/fakegpu -m "not slow"
 
 # The C++ core's test driver under ASan+UBSan (leaks on) and, separately, TSan.
 sanitize:
@@ -40,4 +108,4 @@ sanitize-quick:
 	TORCHMEM_QUICK=1 scripts/sanitize.sh
 
 clean:
-	rm -rf build *.egg-info torchmem/*.so $(VENV)
+	rm -rf build *.egg-info torchmem/*.so $(VENV) .venv-cuda*

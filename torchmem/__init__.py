@@ -11,6 +11,15 @@ and the functions below mirror ``torch.cuda.memory``: ``memory_stats()``,
 ``install(dump_on_oom=True)``) writes a snapshot when an out-of-memory error
 is raised, for ``torchmem replay`` and ``torchmem advise`` (docs/oom.md).
 """
+import os as _os
+
+if _os.environ.get("TORCHMEM_EXT_DIR"):
+    # The extension built for another torch (the fake-GPU tier's CUDA build,
+    # `make test-fakegpu`) loaded from that folder in place of the in-tree one.
+    from torchmem._extension import load_extension_from
+
+    load_extension_from(_os.environ["TORCHMEM_EXT_DIR"])
+
 from torchmem._install import install, installed, uninstall
 from torchmem.memory import (
     caching_allocator,
@@ -28,7 +37,7 @@ from torchmem.summary import memory_summary
 from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history, snapshot_from_replay
 from torchmem.arena import Arena, ArenaEscapeError, arena
 from torchmem.paged import OutOfBlocksError, PagedKVCache
-from torchmem.planned import planned, planned_step
+from torchmem.planned import forget, fragmentation_watch, planned, planned_step
 from torchmem.compact import CompactReport, compact
 from torchmem.oom import dump_on_oom
 
@@ -46,6 +55,8 @@ __all__ = [
     "dump_on_oom",
     "dump_snapshot",
     "empty_cache",
+    "forget",
+    "fragmentation_watch",
     "install",
     "installed",
     "max_memory_allocated",

@@ -1,0 +1,176 @@
+/* A fake libcuda.so.1 for what loads the driver library directly (PyTorch's
+ * NVRTC wrapper, libcaffe2_nvrtc.so, needs it on the library path). Modules
+ * and functions are tokens, launches are skipped, the primary context is
+ * active. PyTorch's allocator reaches the driver through the runtime
+ * (src/driver.c), not through this library. A call of anything else here
+ * logs "unimplemented libcuda NAME" as the runtime's stubs do. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+static int token;
+
+static CUresult unimplemented(const char *name) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented libcuda %s (pid %d)\n", name, (int)getpid());
+  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
+  const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
+  if (log != NULL && *log != '\0') {
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
+      close(fd);
+    }
+  }
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static int device_count(void) {
+  const char *value = getenv("TORCHMEM_FAKEGPU_DEVICES");
+  int n = value ? atoi(value) : 1;
+  return n < 1 ? 1 : n > 64 ? 64 : n;
+}
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *version) { if (version) *version = 13000; return CUDA_SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { if (count) *count = device_count(); return CUDA_SUCCESS; }
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+  if (device == NULL || ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice device) {
+  (void)device;
+  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  const char *cc = getenv("TORCHMEM_FAKEGPU_CC");
+  int major = 9, minor = 0;
+  if (cc) sscanf(cc, "%d.%d", &major, &minor);
+  switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = minor; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 227 << 10; break;
+    default: *value = 0;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
+  (void)device;
+  if (flags) *flags = 0;
+  if (active) *active = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *context, CUdevice device) {
+  (void)device;
+  if (context) *context = (CUcontext)&token;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *context) { if (context) *context = (CUcontext)&token; return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext context) { (void)context; return CUDA_SUCCESS; }
+
+CUresult cuGetErrorString(CUresult error, const char **text) {
+  if (text == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *text = error == CUDA_SUCCESS ? "no error" : "error (torchmem fake GPU)";
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  (void)image;
+  if (module) *module = (CUmodule)&token;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int n, CUjit_option *options, void **values) {
+  (void)n, (void)options, (void)values;
+  return cuModuleLoadData(module, image);
+}
+
+CUresult cuModuleLoad(CUmodule *module, const char *path) { (void)path; return cuModuleLoadData(module, NULL); }
+CUresult cuModuleUnload(CUmodule module) { (void)module; return CUDA_SUCCESS; }
+
+CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *name) {
+  (void)module, (void)name;
+  if (function) *function = (CUfunction)&token;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction function) {
+  (void)function;
+  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *value = attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : attr == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attr, int value) {
+  (void)function, (void)attr, (void)value;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache config) { (void)function, (void)config; return CUDA_SUCCESS; }
+
+CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, CUstream stream, void **params, void **extra) {
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params,
+      (void)extra;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, CUstream stream, void **params) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, NULL);
+}
+
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int block_size, size_t shared) {
+  (void)f, (void)shared;
+  if (blocks) *blocks = block_size > 0 && 2048 / block_size > 0 ? 2048 / block_size : 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLinkCreate_v2(unsigned int n, CUjit_option *options, void **values, CUlinkState *state) {
+  (void)n, (void)options, (void)values;
+  if (state) *state = (CUlinkState)&token;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+                          unsigned int n, CUjit_option *options, void **values) {
+  (void)state, (void)type, (void)data, (void)size, (void)name, (void)n, (void)options, (void)values;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLinkComplete(CUlinkState state, void **cubin, size_t *size) {
+  (void)state;
+  if (cubin) *cubin = &token;
+  if (size) *size = sizeof token;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLinkDestroy(CUlinkState state) { (void)state; return CUDA_SUCCESS; }
+
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  (void)data, (void)attr, (void)ptr;
+  return unimplemented("cuPointerGetAttribute");
+}
+
+CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                                const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                const cuuint32_t *element_strides, CUtensorMapInterleave interleave,
+                                CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion,
+                                CUtensorMapFloatOOBfill fill) {
+  (void)type, (void)rank, (void)address, (void)dims, (void)strides, (void)box, (void)element_strides;
+  (void)interleave, (void)swizzle, (void)promotion, (void)fill;
+  if (map) memset(map, 0, sizeof *map);
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,243 @@
+/* Device memory as host memory: cudaMalloc maps anonymous memory (2 MiB
+ * aligned, no backing until touched), copies are memcpy, pinned host memory is
+ * malloc'ed. A card's capacity is charged in 2 MiB units. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "state.h"
+
+#define LOCK() (fg_init(), pthread_mutex_lock(&fg_lock))
+#define UNLOCK() pthread_mutex_unlock(&fg_lock)
+
+/* Maps size bytes aligned to FG_GRANULE, or returns NULL. */
+void *fg_map_aligned(size_t size, int prot) {
+  size_t span = size + FG_GRANULE;
+  char *raw = mmap(NULL, span, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return NULL;
+  uintptr_t start = ((uintptr_t)raw + FG_GRANULE - 1) & ~(uintptr_t)(FG_GRANULE - 1);
+  if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
+  uintptr_t end = start + size, raw_end = (uintptr_t)raw + span;
+  if (raw_end > end) munmap((void *)end, raw_end - end);
+  return (void *)start;
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t size) {
+  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  *ptr = NULL;
+  if (size == 0) return cudaSuccess;
+  LOCK();
+  int device = fg_current_device();
+  ++fg_counters[FG_MALLOC_CALLS];
+  /* Unsafe during a capture unless the thread is relaxed (PyTorch switches). */
+  if (fg_unsafe_call_refused_locked()) {
+    UNLOCK();
+    return fg_ret(cudaErrorStreamCaptureUnsupported);
+  }
+  int charged = fg_charge_locked(device, size) == 0;
+  UNLOCK();
+  void *p = charged ? fg_map_aligned(size, PROT_READ | PROT_WRITE) : NULL;
+  LOCK();
+  if (p != NULL) fg_memory_add_locked(p, size, device, FG_KIND_DEVICE);
+  else {
+    if (charged) fg_refund_locked(device, size);
+    ++fg_counters[FG_FAILED_MALLOCS];
+  }
+  UNLOCK();
+  if (p == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *ptr) {
+  if (ptr == NULL) return cudaSuccess;
+  size_t size = 0;
+  int device = 0, kind = 0;
+  cudaError_t err = cudaSuccess;
+  LOCK();
+  if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
+  else if (!fg_memory_find_locked(ptr, NULL, NULL, NULL, &kind) || kind != FG_KIND_DEVICE ||
+           !fg_memory_remove_locked(ptr, &size, &device, &kind))
+    err = cudaErrorInvalidValue;
+  else {
+    ++fg_counters[FG_FREE_CALLS];
+    fg_refund_locked(device, size);
+  }
+  UNLOCK();
+  if (err == cudaSuccess) munmap(ptr, size);
+  return fg_ret(err);
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+  LOCK();
+  const struct fg_device *d = &fg_devices[fg_current_device()];
+  if (free_bytes) *free_bytes = d->total - d->used;
+  if (total_bytes) *total_bytes = d->total;
+  UNLOCK();
+  return cudaSuccess;
+}
+
+/* A copy or memset runs at once unless its stream is capturing. */
+static cudaError_t on_stream(cudaStream_t stream, int *run) {
+  cudaError_t err = cudaSuccess;
+  LOCK();
+  struct fg_stream *s = fg_stream_locked(stream);
+  if (s == NULL) err = cudaErrorInvalidResourceHandle;
+  else {
+    ++fg_counters[FG_MEMCPY_CALLS];
+    *run = !fg_capture_work_locked(s, 1);
+  }
+  UNLOCK();
+  return err;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)kind;
+  int run = 0;
+  cudaError_t err = on_stream(stream, &run);
+  if (err == cudaSuccess && run && count > 0 && dst != src) memmove(dst, src, count);
+  return fg_ret(err);
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, count, kind, 0);
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t count,
+                                cudaStream_t stream) {
+  (void)dst_device;
+  (void)src_device;
+  return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+}
+
+cudaError_t cudaMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t count) {
+  return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, 0);
+}
+
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                              size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
+  (void)kind;
+  int run = 0;
+  cudaError_t err = on_stream(stream, &run);
+  if (err == cudaSuccess && run)
+    for (size_t row = 0; row < height; ++row) memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+  return fg_ret(err);
+}
+
+cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                         enum cudaMemcpyKind kind) {
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, 0);
+}
+
+cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream) {
+  int run = 0;
+  cudaError_t err = on_stream(stream, &run);
+  if (err == cudaSuccess && run && count > 0) memset(ptr, value, count);
+  return fg_ret(err);
+}
+
+cudaError_t cudaMemset(void *ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, 0); }
+
+cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
+                                    enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return cudaMemcpyAsync((char *)symbol + offset, src, count, kind, stream);
+}
+
+cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind) {
+  return cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, 0);
+}
+
+cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset,
+                                      enum cudaMemcpyKind kind, cudaStream_t stream) {
+  return cudaMemcpyAsync(dst, (const char *)symbol + offset, count, kind, stream);
+}
+
+cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset,
+                                 enum cudaMemcpyKind kind) {
+  return cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, 0);
+}
+
+cudaError_t cudaGetSymbolAddress(void **ptr, const void *symbol) {
+  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  *ptr = (void *)symbol; /* a registered variable lives at its host shadow */
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol) {
+  (void)symbol;
+  if (size == NULL) return fg_ret(cudaErrorInvalidValue);
+  *size = 0;
+  return cudaSuccess;
+}
+
+/* Pinned host memory. */
+
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
+  (void)flags;
+  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, size ? size : 1) != 0) return fg_ret(cudaErrorMemoryAllocation);
+  LOCK();
+  fg_memory_add_locked(p, size, fg_current_device(), FG_KIND_HOST);
+  UNLOCK();
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
+
+cudaError_t cudaFreeHost(void *ptr) {
+  if (ptr == NULL) return cudaSuccess;
+  int kind = 0, found;
+  LOCK();
+  found = fg_memory_find_locked(ptr, NULL, NULL, NULL, &kind) && kind == FG_KIND_HOST &&
+          fg_memory_remove_locked(ptr, NULL, NULL, NULL);
+  UNLOCK();
+  if (!found) return fg_ret(cudaErrorInvalidValue);
+  free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
+  (void)ptr;
+  (void)size;
+  (void)flags;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void *ptr) {
+  (void)ptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned int flags) {
+  (void)flags;
+  if (device_ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  *device_ptr = host_ptr;
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
+  if (attributes == NULL) return fg_ret(cudaErrorInvalidValue);
+  memset(attributes, 0, sizeof *attributes);
+  void *base = NULL;
+  int device = 0, kind = 0;
+  LOCK();
+  int found = fg_memory_find_locked(ptr, &base, NULL, &device, &kind);
+  UNLOCK();
+  attributes->device = found ? device : -2;
+  if (found && kind == FG_KIND_HOST) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->hostPointer = (void *)ptr;
+    attributes->devicePointer = (void *)ptr;
+  } else if (found) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = (void *)ptr;
+  } else {
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->hostPointer = (void *)ptr;
+  }
+  return cudaSuccess;
+}

@@ -1,0 +1,152 @@
+/* The fake GPU's state, shared by the runtime's files.
+ *
+ * Settings (read once, at the first call):
+ *   TORCHMEM_FAKEGPU_DEVICES   number of devices (default 1, at most 64)
+ *   TORCHMEM_FAKEGPU_MEMORY    each card's memory in bytes (default 80 GiB)
+ *   TORCHMEM_FAKEGPU_CC        compute capability "major.minor" (default 9.0)
+ *   TORCHMEM_FAKEGPU_NAME      device name (default "torchmem fake GPU")
+ *   TORCHMEM_FAKEGPU_SMS       multiprocessors (default 132)
+ *   TORCHMEM_FAKEGPU_HOLD      "1": hold every stream from the start
+ *   TORCHMEM_FAKEGPU_LOG       a file that gets one line per call of an
+ *                              entry point the fake does not implement
+ *
+ * One mutex (fg_lock) guards everything here; functions named *_locked expect
+ * it held. Device memory is host memory: cudaMalloc maps anonymous memory that
+ * costs nothing until touched; cuMemCreate takes a range of one sparse memfd.
+ */
+#ifndef TORCHMEM_FAKEGPU_STATE_H
+#define TORCHMEM_FAKEGPU_STATE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#define FG_MAX_DEVICES 64
+#define FG_GRANULE ((size_t)2 << 20) /* cudaMalloc and cuMem accounting unit */
+
+struct fg_device {
+  unsigned long long total;
+  unsigned long long used;
+};
+
+struct fg_stream {
+  int device;
+  int priority;
+  unsigned flags;
+  unsigned long long id;
+  uint64_t recorded; /* work items recorded on the stream */
+  uint64_t done;     /* work items completed: done <= recorded */
+  int held;
+  /* Capture: capture_id != 0 while a capture is under way on this stream. */
+  unsigned long long capture_id;
+  int capture_mode;
+  pthread_t capture_thread;
+  int capture_invalidated;
+  struct fg_graph *capture_graph;
+  struct fg_stream *next_live;
+};
+
+struct fg_event {
+  unsigned flags;
+  struct fg_stream *stream; /* NULL until recorded */
+  uint64_t seq;             /* complete when stream->done >= seq */
+};
+
+struct fg_graph {
+  long long kernels;
+  long long copies;
+};
+
+struct fg_graph_exec {
+  struct fg_graph *graph;
+};
+
+enum fg_counter {
+  FG_MALLOC_CALLS,
+  FG_FREE_CALLS,
+  FG_FAILED_MALLOCS,
+  FG_EVENT_RECORDS,
+  FG_EVENT_QUERIES,
+  FG_SYNCS,
+  FG_KERNEL_LAUNCHES,
+  FG_MEMCPY_CALLS,
+  FG_CAPTURES_BEGUN,
+  FG_CAPTURES_ENDED,
+  FG_GRAPH_LAUNCHES,
+  FG_CAPTURE_VIOLATIONS,
+  FG_UNIMPLEMENTED_CALLS,
+  FG_VMM_CREATES,
+  FG_VMM_RELEASES,
+  FG_VMM_MAPS,
+  FG_VMM_UNMAPS,
+  FG_COUNTERS
+};
+
+extern pthread_mutex_t fg_lock;
+extern int fg_device_count;
+extern struct fg_device fg_devices[FG_MAX_DEVICES];
+extern int fg_cc_major, fg_cc_minor, fg_sms;
+extern char fg_name[256];
+extern int fg_hold_all;
+extern long long fg_counters[FG_COUNTERS];
+extern const char *const fg_counter_names[FG_COUNTERS];
+extern struct fg_stream *fg_live_streams;
+
+/* Reads the settings once; every entry point calls it first. */
+void fg_init(void);
+
+/* The calling thread's current device. */
+int fg_current_device(void);
+void fg_set_current_device(int device);
+
+/* Records err as the thread's last error when it is not cudaSuccess; returns it. */
+cudaError_t fg_ret(cudaError_t err);
+cudaError_t fg_take_last_error(void);
+cudaError_t fg_peek_last_error(void);
+
+/* Logs a call of an entry point the fake does not implement; returns
+ * cudaErrorNotSupported. */
+int fg_unimplemented(const char *name);
+/* Logs and counts such a call without touching the last error (driver calls). */
+void fg_log_unimplemented(const char *name);
+
+/* Charges or refunds device memory (rounded up to FG_GRANULE). Charge returns
+ * 0, or -1 when the card is full. */
+int fg_charge_locked(int device, size_t bytes);
+void fg_refund_locked(int device, size_t bytes);
+
+/* Streams: handle 0, cudaStreamLegacy and cudaStreamPerThread name the
+ * current device's default stream. NULL for an unknown handle. */
+struct fg_stream *fg_stream_locked(cudaStream_t handle);
+/* Adds one work item to a stream; completes it at once unless held. */
+uint64_t fg_stream_add_work_locked(struct fg_stream *s);
+void fg_stream_complete_locked(struct fg_stream *s);
+void fg_device_complete_locked(int device);
+
+/* Capture rules: whether the calling thread may make a call that would
+ * synchronise (CUDA's "potentially unsafe" calls) now. A refused call marks
+ * the captures it breaks as invalidated and counts a violation. */
+int fg_unsafe_call_refused_locked(void);
+
+/* Counts a launch or copy into its stream's capture; 1 when the stream is
+ * capturing (the work is captured, not run). */
+int fg_capture_work_locked(struct fg_stream *s, int is_copy);
+
+/* Maps size bytes aligned to FG_GRANULE (anonymous, no reserve), or NULL. */
+void *fg_map_aligned(size_t size, int prot);
+
+/* Registers device memory (cudaMalloc, reserved ranges) for lookups by address. */
+void fg_memory_add_locked(void *ptr, size_t size, int device, int kind);
+int fg_memory_remove_locked(void *ptr, size_t *size, int *device, int *kind);
+/* The registered range holding ptr; 0 when none. */
+int fg_memory_find_locked(const void *ptr, void **base, size_t *size, int *device, int *kind);
+
+enum { FG_KIND_DEVICE = 1, FG_KIND_HOST = 2, FG_KIND_RESERVED = 3 };
+
+/* Device attributes (cudaDeviceAttr values; the driver's CUdevice_attribute
+ * numbers agree for every attribute answered here). 0 for unknown ones. */
+int fg_device_attribute(int attr, int device);
+
+#endif

@@ -1,0 +1,291 @@
+/* Streams, events and synchronisation. Work completes at once unless its
+ * stream is held (fakegpu.h); a synchronize call completes what it waits for. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../include/fakegpu.h"
+#include "state.h"
+
+static struct fg_stream default_streams[FG_MAX_DEVICES];
+static unsigned long long next_stream_id = 16;
+
+#define LOCKED(body)                \
+  do {                              \
+    fg_init();                      \
+    pthread_mutex_lock(&fg_lock);   \
+    body;                           \
+    pthread_mutex_unlock(&fg_lock); \
+  } while (0)
+
+struct fg_stream *fg_stream_locked(cudaStream_t handle) {
+  uintptr_t value = (uintptr_t)handle;
+  if (value == 0 || handle == cudaStreamLegacy || handle == cudaStreamPerThread) {
+    int device = fg_current_device();
+    struct fg_stream *s = &default_streams[device];
+    if (s->id == 0) {
+      s->device = device;
+      s->id = (unsigned long long)device + 1;
+    }
+    return s;
+  }
+  for (struct fg_stream *s = fg_live_streams; s; s = s->next_live)
+    if (s == (struct fg_stream *)handle) return s;
+  return NULL;
+}
+
+uint64_t fg_stream_add_work_locked(struct fg_stream *s) {
+  ++s->recorded;
+  if (!s->held && !fg_hold_all) s->done = s->recorded;
+  return s->recorded;
+}
+
+void fg_stream_complete_locked(struct fg_stream *s) { s->done = s->recorded; }
+
+void fg_device_complete_locked(int device) {
+  fg_stream_complete_locked(&default_streams[device]);
+  for (struct fg_stream *s = fg_live_streams; s; s = s->next_live)
+    if (s->device == device) fg_stream_complete_locked(s);
+}
+
+static int thread_mode_is(int mode);
+
+int fg_unsafe_call_refused_locked(void) {
+  if (thread_mode_is(cudaStreamCaptureModeRelaxed)) return 0;
+  int refused = 0;
+  pthread_t self = pthread_self();
+  /* Captures run on created streams only (CUDA refuses the legacy stream). */
+  for (struct fg_stream *s = fg_live_streams; s; s = s->next_live) {
+    if (s->capture_id == 0 || s->capture_mode == cudaStreamCaptureModeRelaxed) continue;
+    int own = pthread_equal(s->capture_thread, self);
+    int breaks = own || (s->capture_mode == cudaStreamCaptureModeGlobal &&
+                         thread_mode_is(cudaStreamCaptureModeGlobal));
+    if (breaks) {
+      s->capture_invalidated = 1;
+      refused = 1;
+    }
+  }
+  if (refused) ++fg_counters[FG_CAPTURE_VIOLATIONS];
+  return refused;
+}
+
+/* cudaThreadExchangeStreamCaptureMode's per-thread mode. */
+static __thread int thread_capture_mode = cudaStreamCaptureModeGlobal;
+static int thread_mode_is(int mode) { return thread_capture_mode == mode; }
+
+cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
+  if (mode == NULL) return fg_ret(cudaErrorInvalidValue);
+  int previous = thread_capture_mode;
+  thread_capture_mode = *mode;
+  *mode = (enum cudaStreamCaptureMode)previous;
+  return cudaSuccess;
+}
+
+/* Streams. */
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
+  if (stream == NULL) return fg_ret(cudaErrorInvalidValue);
+  struct fg_stream *s = calloc(1, sizeof *s);
+  if (s == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  LOCKED({
+    s->device = fg_current_device();
+    s->flags = flags;
+    s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
+    s->id = next_stream_id++;
+    s->next_live = fg_live_streams;
+    fg_live_streams = s;
+  });
+  *stream = (cudaStream_t)s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(stream, flags, 0);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  int found = 0;
+  LOCKED({
+    for (struct fg_stream **p = &fg_live_streams; *p; p = &(*p)->next_live) {
+      if (*p == (struct fg_stream *)stream) {
+        struct fg_stream *s = *p;
+        *p = s->next_live;
+        free(s);
+        found = 1;
+        break;
+      }
+    }
+  });
+  return found ? cudaSuccess : fg_ret(cudaErrorInvalidResourceHandle);
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return cudaSuccess;
+}
+
+#define WITH_STREAM(handle, body)                                \
+  cudaError_t err_ = cudaSuccess;                                \
+  LOCKED({                                                       \
+    struct fg_stream *s = fg_stream_locked(handle);              \
+    if (s == NULL) err_ = cudaErrorInvalidResourceHandle;        \
+    else { body; }                                               \
+  });                                                            \
+  return fg_ret(err_)
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority) {
+  WITH_STREAM(stream, if (priority) *priority = s->priority);
+}
+
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags) {
+  WITH_STREAM(stream, if (flags) *flags = s->flags);
+}
+
+cudaError_t cudaStreamGetDevice(cudaStream_t stream, int *device) {
+  WITH_STREAM(stream, if (device) *device = s->device);
+}
+
+cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long *id) {
+  WITH_STREAM(stream, if (id) *id = s->id);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  WITH_STREAM(stream, {
+    if (fg_unsafe_call_refused_locked()) err_ = cudaErrorStreamCaptureUnsupported;
+    else if (s->done < s->recorded) err_ = cudaErrorNotReady;
+  });
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  WITH_STREAM(stream, {
+    if (fg_unsafe_call_refused_locked() || s->capture_id != 0) {
+      err_ = cudaErrorStreamCaptureUnsupported;
+      s->capture_invalidated = s->capture_id != 0;
+    } else {
+      ++fg_counters[FG_SYNCS];
+      fg_stream_complete_locked(s);
+    }
+  });
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  (void)event;
+  (void)flags;
+  WITH_STREAM(stream, (void)s);
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
+    else {
+      ++fg_counters[FG_SYNCS];
+      fg_device_complete_locked(fg_current_device());
+    }
+  });
+  return fg_ret(err);
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data) {
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    struct fg_stream *s = fg_stream_locked(stream);
+    if (s == NULL) err = cudaErrorInvalidResourceHandle;
+    else fg_stream_add_work_locked(s);
+  });
+  if (err == cudaSuccess && fn != NULL) fn(data);
+  return fg_ret(err);
+}
+
+/* Events. */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+  if (event == NULL) return fg_ret(cudaErrorInvalidValue);
+  struct fg_event *e = calloc(1, sizeof *e);
+  if (e == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  e->flags = flags;
+  *event = (cudaEvent_t)e;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  LOCKED({
+    struct fg_event *e = (struct fg_event *)event;
+    e->stream = NULL;
+  });
+  free(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  (void)flags;
+  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  WITH_STREAM(stream, {
+    struct fg_event *e = (struct fg_event *)event;
+    ++fg_counters[FG_EVENT_RECORDS];
+    e->stream = s;
+    e->seq = s->capture_id != 0 ? 0 : fg_stream_add_work_locked(s);
+  });
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return cudaEventRecordWithFlags(event, stream, 0);
+}
+
+static int event_pending_locked(const struct fg_event *e) {
+  if (e->stream == NULL) return 0;
+  int known = e->stream >= &default_streams[0] && e->stream < &default_streams[FG_MAX_DEVICES];
+  for (struct fg_stream *s = fg_live_streams; s && !known; s = s->next_live) known = s == e->stream;
+  return known && e->stream->done < e->seq; /* a destroyed stream's work is done */
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    ++fg_counters[FG_EVENT_QUERIES];
+    if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
+    else if (event_pending_locked((struct fg_event *)event)) err = cudaErrorNotReady;
+  });
+  /* Not ready is an answer, not an error: CUDA does not record it as the last error. */
+  return err == cudaErrorNotReady ? err : fg_ret(err);
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    struct fg_event *e = (struct fg_event *)event;
+    if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
+    else {
+      ++fg_counters[FG_SYNCS];
+      if (e->stream && e->stream->done < e->seq) e->stream->done = e->seq;
+    }
+  });
+  return fg_ret(err);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == NULL || start == NULL || end == NULL) return fg_ret(cudaErrorInvalidValue);
+  const struct fg_event *a = (const struct fg_event *)start, *b = (const struct fg_event *)end;
+  if ((a->flags | b->flags) & cudaEventDisableTiming) return fg_ret(cudaErrorInvalidResourceHandle);
+  *ms = 0.0f;
+  return cudaSuccess;
+}
+
+long long fakegpu_pending_events(void) {
+  /* Events are not tracked in a list: count streams' pending work instead. */
+  long long pending = 0;
+  LOCKED({
+    for (int d = 0; d < fg_device_count; ++d)
+      pending += (long long)(default_streams[d].recorded - default_streams[d].done);
+    for (struct fg_stream *s = fg_live_streams; s; s = s->next_live)
+      pending += (long long)(s->recorded - s->done);
+  });
+  return pending;
+}
