@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from torchmem import _C
 from torchmem.memory import caching_allocator
-from torchmem.traces import SNAPSHOT_ACTIONS, TraceError, load_snapshot
+from torchmem.traces import SNAPSHOT_ACTIONS, TraceError
 
 __all__ = [
     "dump_snapshot",
@@ -240,26 +240,18 @@ _TRACE_KEYS = {"action": str, "size": int}
 
 
 def load(path: str | os.PathLike) -> dict:
-    """Read and check a snapshot pickle (PyTorch's or torchmem's).
+    """Read and check a snapshot (PyTorch's or torchmem's): a pickle, read as data only, or one JSON object.
 
-    Raises FileNotFoundError for a missing file and TraceError, naming the
-    file and what is wrong, for a truncated or foreign pickle or a snapshot
-    whose fields are missing, of the wrong type, or have unknown values.
+    Raises FileNotFoundError, IsADirectoryError or PermissionError naming the
+    file, and TraceError, naming the file and what is wrong, for an empty,
+    truncated, foreign or hostile file (a pickle that names code is refused
+    and nothing in it runs: safe_pickle.py) or a snapshot whose fields are
+    missing, of the wrong type, or have unknown values.
     """
+    from torchmem.input_files import read_snapshot
+
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise TraceError(f"{path}: a directory, not a snapshot pickle")
-    with open(path, "rb") as f:
-        head = f.read(1)
-    if not head:
-        raise TraceError(f"{path}: empty file")
-    if head != b"\x80":
-        raise TraceError(f"{path}: not a pickle (expected a snapshot written by dump_snapshot() or torch.cuda.memory._dump_snapshot())")
-    data = load_snapshot(path)
-    validate_snapshot(data, path)
-    return data
+    return validate_snapshot(read_snapshot(path), path)
 
 
 def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
@@ -304,6 +296,8 @@ def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
 
 
 def _check_keys(obj: Any, keys: dict, where: str) -> None:
+    from torchmem.input_files import short_repr
+
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected a dict, got {type(obj).__name__}")
     for key, typ in keys.items():
@@ -311,4 +305,4 @@ def _check_keys(obj: Any, keys: dict, where: str) -> None:
             raise TraceError(f"{where}: missing field {key!r}")
         value = obj[key]
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-            raise TraceError(f"{where}: field {key!r} should be {typ.__name__}, got {type(value).__name__} {value!r:.40}")
+            raise TraceError(f"{where}: field {key!r} should be {typ.__name__}, got {type(value).__name__} {short_repr(value)}")

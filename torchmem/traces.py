@@ -17,10 +17,7 @@ memory as Python objects.
 """
 from __future__ import annotations
 
-import json
 import os
-import pickle
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -40,6 +37,15 @@ SNAPSHOT_ACTIONS = {
 
 class TraceError(ValueError):
     """A trace that cannot be read: names the file and the event or line."""
+
+
+class ArgumentError(ValueError):
+    """An argument that does not fit the input (e.g. a device the snapshot does not have): exit status 2
+    at the command line, where bad input is 1."""
+
+
+class DeviceError(TraceError, ArgumentError):
+    """A device the snapshot does not have, or one with nothing to replay while another has a trace."""
 
 
 @dataclass
@@ -156,59 +162,37 @@ def load_jsonl(path: str) -> Trace:
 
 
 def load_snapshot(path: str) -> dict:
-    """Read a snapshot pickle; errors name the file and what is wrong."""
-    try:
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-    except FileNotFoundError:
-        raise
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, ValueError) as exc:
-        raise TraceError(f"{path}: not a readable snapshot pickle ({type(exc).__name__}: {exc}); truncated file?") from None
-    if not isinstance(data, dict) or "segments" not in data:
-        raise TraceError(f"{path}: a pickle, but not a memory snapshot (expected a dict with 'segments' and 'device_traces')")
-    return data
+    """Read a snapshot pickle as data only (input_files.py); errors name the file and what is wrong."""
+    from torchmem.input_files import load_snapshot_pickle
+
+    return load_snapshot_pickle(path)
 
 
 def load_snapshot_json(path: str) -> dict:
     """Read a snapshot saved as one JSON object; errors name the file."""
-    try:
-        with open(path, "rb") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path}: not a readable JSON snapshot ({exc.msg} at line {exc.lineno}); truncated file?") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not UTF-8 text") from None
-    if not isinstance(data, dict) or "segments" not in data:
-        raise TraceError(f"{path}: JSON, but not a memory snapshot (expected an object with 'segments' and 'device_traces')")
-    return data
+    from torchmem.input_files import load_snapshot_json as load_json
 
-
-_JSON_SNAPSHOT = re.compile(rb'\A\s*\{\s*("(segments|device_traces|allocator_settings|external_annotations)"|\Z|\n)')
+    return load_json(path)
 
 
 def load_trace(path: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
-    """Any supported trace file, by its content.
+    """Any supported trace file, by its content (input_files.py).
 
-    Snapshots (pickles, or one JSON object) replay one device: `device`, or by
-    default the device with an OOM, else the first with events.
+    Snapshots (pickles, read as data only, or one JSON object) replay one
+    device: `device`, or by default the device with an OOM, else the first
+    with events.
     """
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        head = f.read(4096)
-    if not head.strip():
-        raise TraceError(f"{path}: empty file")
+    from torchmem.input_files import JSONL, PICKLE, file_format, load_snapshot_json, load_snapshot_pickle, open_head
     from torchmem.replay.snapshot_trace import snapshot_trace
 
-    if head.lstrip()[:1] == b"\x80":
-        return snapshot_trace(load_snapshot(path), path, device, skip_bad_events)
-    if _JSON_SNAPSHOT.match(head):
-        return snapshot_trace(load_snapshot_json(path), path, device, skip_bad_events)
-    if head.lstrip()[:1] == b"{":
+    path = os.fspath(path)
+    fmt = file_format(path, open_head(path))
+    if fmt == JSONL:
         if device is not None:
             raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
         return load_jsonl(path)
-    raise TraceError(f"{path}: unknown format (expected a snapshot pickle, a JSON snapshot or JSON lines of events)")
+    snapshot = load_snapshot_pickle(path) if fmt == PICKLE else load_snapshot_json(path)
+    return snapshot_trace(snapshot, path, device, skip_bad_events)
 
 
 def write_jsonl(trace: Trace, path: str) -> int:

@@ -10,6 +10,7 @@ void bind_caching(pybind11::module_& m);
 void bind_cpu_install(pybind11::module_& m);
 void bind_replay(pybind11::module_& m);
 void bind_jsonl(pybind11::module_& m);
+void bind_pickle_scan(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
 void bind_arena(pybind11::module_& m);

@@ -6,6 +6,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_cpu_install(m);
   torchmem::bindings::bind_replay(m);
   torchmem::bindings::bind_jsonl(m);
+  torchmem::bindings::bind_pickle_scan(m);
   torchmem::bindings::bind_planned(m);
   torchmem::bindings::bind_planner(m);
   torchmem::bindings::bind_arena(m);

@@ -7,6 +7,9 @@ import sys
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import TRACE_FORMATS
+
     p = subparsers.add_parser(
         "advise",
         help="find the allocator setting under which a trace needs the least memory",
@@ -16,11 +19,11 @@ def register(subparsers) -> None:
         "smallest capacity at which the trace completes (to 2 MiB), its peak reserved, and whether it completes "
         "at the snapshot's capacity.",
     )
-    p.add_argument("trace", help="trace file")
+    p.add_argument("trace", help=f"the trace: {TRACE_FORMATS}")
     p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM)")
-    p.add_argument("--capacity", default=None, help="reference capacity (default: the snapshot's, else 80GiB)")
-    p.add_argument("--try", dest="extra", nargs="+", metavar="CONF", default=[], help="more settings to try")
-    p.add_argument("--in-use-by-others", default="0", help="memory held outside PyTorch, e.g. 2GiB (default 0)")
+    p.add_argument("--capacity", default=None, type=arguments.size("--capacity"), help="reference capacity (default: the snapshot's, else 80GiB)")
+    p.add_argument("--try", dest="extra", nargs="+", metavar="CONF", default=[], type=arguments.conf, help="more settings to try")
+    p.add_argument("--in-use-by-others", default="0", type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default 0)")
     p.add_argument("--skip-bad-events", action="store_true", help="skip bad trace entries with a warning")
     p.add_argument("--no-stitch", action="store_true", help="PyTorch's settings only: leave out torchmem's policy:stitch")
     p.add_argument("--json", action="store_true", help="print a JSON list, best first")

@@ -7,8 +7,10 @@ import time
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+
     p = subparsers.add_parser("demo", help="install torchmem on the CPU, train a small model, show memory")
-    p.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
+    p.add_argument("--steps", type=arguments.count(1), default=8, help="training steps (default 8)")
     p.add_argument("--out", default="out", help="folder for pictures (default ./out)")
     p.set_defaults(func=run)
 

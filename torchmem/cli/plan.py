@@ -8,8 +8,11 @@ import json
 import sys
 from typing import Any
 
+from torchmem.traces import ArgumentError
+
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
     from torchmem.plan.solve import METHODS, SHARINGS
 
     p = subparsers.add_parser("plan", help="plan static memory for buffers in a MiniMalloc CSV (id,lower,upper,size) "
@@ -17,14 +20,14 @@ def register(subparsers) -> None:
     p.add_argument("file", help="CSV with header id,lower,upper,size[,stream,reads,syncs] (half-open lifetimes "
                                 "[lower, upper)), or a .pt2 file from torch.export.save with example inputs")
     p.add_argument("--method", default="auto", choices=METHODS, help="placement method (default auto)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+    p.add_argument("--time-limit", type=arguments.positive_float, default=None, metavar="S",
                    help="seconds for the exact search (default 10)")
-    p.add_argument("--alignment", type=int, default=1, help="round offsets and sizes up to a multiple (default 1)")
+    p.add_argument("--alignment", type=arguments.count(1), default=1, help="round offsets and sizes up to a multiple (default 1)")
     p.add_argument("--sharing", default="auto", choices=SHARINGS,
                    help="with streams: one shared slab, a region per stream, or the lower of both (default auto)")
-    p.add_argument("--stages", type=int, default=None, metavar="K",
+    p.add_argument("--stages", type=arguments.count(1), default=None, metavar="K",
                    help="(.pt2) plan a K-stage pipeline, stages cut by measured node time")
-    p.add_argument("--in-flight", type=int, default=2, metavar="N",
+    p.add_argument("--in-flight", type=arguments.count(1), default=2, metavar="N",
                    help="(.pt2 with --stages) copies of a tensor crossing one stage boundary (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.add_argument("--out", metavar="SOLUTION.csv", help="write id,lower,upper,size,offset[,stream,reads,syncs]")
@@ -33,13 +36,34 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    if args.time_limit is not None and not args.time_limit > 0:
-        raise ValueError(f"--time-limit must be > 0, got {args.time_limit}")
+    from torchmem.input_files import open_head
+
+    head = open_head(args.file)  # a missing file, a directory, no permission, an empty file: one line each
     if args.file.endswith(".pt2"):
         return _run_model(args)
     if args.stages is not None:
-        raise ValueError("--stages needs a model graph: a .pt2 file from torch.export.save")
+        raise ArgumentError("--stages needs a model graph: a .pt2 file from torch.export.save")
+    _check_csv_head(args.file, head)
     return _run_csv(args)
+
+
+def _check_csv_head(path: str, head: bytes) -> None:
+    """A CSV is text: say what a pickle, a .pt2 (zip) or other binary file given instead is."""
+    from torchmem.traces import TraceError
+
+    what = ("a pickle (a memory snapshot? torchmem replay and advise read those)" if head[:1] == b"\x80" else
+            "a zip archive (an exported model? plan reads it from a file named .pt2)" if head[:2] == b"PK" else
+            "not UTF-8 text" if _not_utf8(head) else "")
+    if what:
+        raise TraceError(f"{path}: {what}, not a CSV of buffers (expected a header id,lower,upper,size)")
+
+
+def _not_utf8(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start < len(head) - 4  # a character cut at the end of the head is not a fault
+    return b"\0" in head
 
 
 def _progress(seconds: float, height: int, lower_bound: int, phase: str) -> None:

@@ -7,6 +7,9 @@ import sys
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import SNAPSHOT_FORMATS
+
     p = subparsers.add_parser(
         "plot",
         help="draw a snapshot: memory over time, or a map of its segments (PNG)",
@@ -14,12 +17,12 @@ def register(subparsers) -> None:
         "By default: allocated and reserved over the recorded history, the gap between them shaded, the "
         "largest free block, OOMs marked. With --segments: one row per segment, blocks coloured by state.",
     )
-    p.add_argument("snapshot", help="snapshot pickle")
+    p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
     p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="picture to write")
     p.add_argument("--segments", action="store_true", help="draw the map of segments instead of the timeline")
     p.add_argument("--time", action="store_true", help="timeline against seconds instead of event number")
     p.add_argument("--device", type=int, default=None, help="device index (default: the one with the most history)")
-    p.add_argument("--max-segments", type=int, default=40, help="rows in the segment map (default 40, largest first)")
+    p.add_argument("--max-segments", type=arguments.count(1), default=40, help="rows in the segment map (default 40, largest first)")
     p.add_argument("--title", default=None, help="title (default: the file name)")
     p.add_argument("--json", action="store_true", help="print what was drawn as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -6,6 +6,9 @@ import json
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import SNAPSHOT_FORMATS
+
     p = subparsers.add_parser(
         "ranks",
         help="several snapshots (one per rank) side by side",
@@ -14,25 +17,18 @@ def register(subparsers) -> None:
         "each rank's top sites. The rank comes from the snapshot (written by torchmem.dump_on_oom), else "
         "'rank<N>' in the file name, else the file's position. Files may be pickles or JSON snapshots.",
     )
-    p.add_argument("snapshots", nargs="+", metavar="SNAPSHOT", help="snapshot files, e.g. oom_rank*.pickle")
-    p.add_argument("--top", type=int, default=5, help="allocation sites listed per rank (default 5)")
+    p.add_argument("snapshots", nargs="+", metavar="SNAPSHOT",
+                   help=f"snapshot files, e.g. oom_rank*.pickle; each is {SNAPSHOT_FORMATS}")
+    p.add_argument("--top", type=arguments.count(0), default=5, help="allocation sites listed per rank (default 5)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
 def load_any(path: str) -> dict:
-    """A snapshot pickle or JSON snapshot, checked; errors name the file."""
-    import os
+    """A snapshot (pickle or JSON), checked; errors name the file (torchmem.snapshot.load)."""
+    from torchmem.snapshot import load
 
-    from torchmem.snapshot import load, validate_snapshot
-    from torchmem.traces import load_snapshot_json
-
-    if os.path.isfile(path):
-        with open(path, "rb") as f:
-            head = f.read(64).lstrip()
-        if head.startswith(b"{"):
-            return validate_snapshot(load_snapshot_json(path), path)
     return load(path)
 
 

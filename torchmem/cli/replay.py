@@ -7,6 +7,9 @@ import sys
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import TRACE_FORMATS
+
     p = subparsers.add_parser(
         "replay",
         help="replay an allocation trace on a simulated device",
@@ -15,12 +18,12 @@ def register(subparsers) -> None:
         "allocator on a simulated device. A snapshot with nothing else given replays exactly what happened "
         "on its GPU: its settings, the memory live when recording began, every address, its OOM.",
     )
-    p.add_argument("trace", help="trace file")
-    p.add_argument("--capacity", default=None,
+    p.add_argument("trace", help=f"the trace: {TRACE_FORMATS}")
+    p.add_argument("--capacity", default=None, type=arguments.size("--capacity"),
                    help="device capacity (default: from the snapshot's OOM, else 80GiB)")
-    p.add_argument("--in-use-by-others", default="0", help="memory held outside PyTorch, e.g. 2GiB (default 0)")
-    p.add_argument("--conf", default=None, help="allocator config (default: the snapshot's recorded settings)")
-    p.add_argument("--compare", nargs="+", metavar="CONF", default=None,
+    p.add_argument("--in-use-by-others", default="0", type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default 0)")
+    p.add_argument("--conf", default=None, type=arguments.conf, help="allocator config (default: the snapshot's recorded settings)")
+    p.add_argument("--compare", nargs="+", metavar="CONF", default=None, type=arguments.conf,
                    help="also replay under these configs ('' = PyTorch's defaults; policy:stitch = torchmem's "
                         "least-memory policy, docs/stitch.md)")
     p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM, else the first with events)")

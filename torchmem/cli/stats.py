@@ -6,6 +6,9 @@ import json
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import SNAPSHOT_FORMATS
+
     p = subparsers.add_parser(
         "stats",
         help="totals of a snapshot: allocated, free internal, free external, reserved",
@@ -13,7 +16,7 @@ def register(subparsers) -> None:
         "(rounding inside them), free external (free blocks inside segments), which add up to reserved; the "
         "largest free block; per pool.",
     )
-    p.add_argument("snapshot", help="snapshot pickle")
+    p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -8,6 +8,9 @@ import sys
 
 
 def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.input_files import SNAPSHOT_FORMATS
+
     p = subparsers.add_parser(
         "viz",
         help="write a self-contained HTML page for a snapshot (works with no network)",
@@ -15,7 +18,7 @@ def register(subparsers) -> None:
         "snapshot's totals, memory over the recorded history, its segments with their blocks, and live "
         "memory by allocation site. Hover a block or a point for details.",
     )
-    p.add_argument("snapshot", help="snapshot pickle")
+    p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="page to write")
     p.add_argument("--device", type=int, default=None, help="device index (default: the one with the most history)")
     p.add_argument("--title", default=None, help="page title (default: the file name)")
