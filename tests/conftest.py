@@ -54,3 +54,21 @@ def run_python_json(code: str) -> Any:
 @pytest.fixture
 def sim():
     return sim_allocator
+
+
+@pytest.fixture(autouse=True)
+def no_unimplemented_fake_gpu_calls():
+    """On the fake GPU (the fake-GPU tier sets TORCHMEM_FAKEGPU_LOG): a test fails
+    when it, or any process it started, called a CUDA entry point that the fake
+    GPU does not implement (a torch release that calls something new)."""
+    log = os.environ.get("TORCHMEM_FAKEGPU_LOG")
+    if not log:
+        yield
+        return
+    before = os.path.getsize(log) if os.path.exists(log) else 0
+    yield
+    if os.path.exists(log) and os.path.getsize(log) > before:
+        with open(log) as f:
+            f.seek(before)
+            calls = sorted(set(line.split(" (pid")[0] for line in f.read().splitlines()))
+        pytest.fail("the fake GPU was asked for what it does not implement:\n  " + "\n  ".join(calls))
