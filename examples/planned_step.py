@@ -32,9 +32,7 @@ def main() -> None:
             del loss
         print(f"{step:>4} {length:>4} {bucket:>6} {report.phase:>9} {report.hits:>5} {report.misses:>6}")
         if step == 0:  # long-lived tensors exist now: one block for the weights
-            moved = torchmem.compact(model, opt)
-            print(f"compacted {moved.tensors} tensors; reserved {moved.reserved_before / 2**20:.1f} -> "
-                  f"{moved.reserved_after / 2**20:.1f} MiB")
+            print(torchmem.compact(model, opt).explain())
     for key, entry in plans().items():
         print(f"bucket {key}: plan {entry.plan_height / 2**20:.2f} MiB, lower bound {entry.lower_bound / 2**20:.2f} MiB "
               f"({entry.planned_slots} planned allocations, {entry.unplanned_slots} outlive the step)")

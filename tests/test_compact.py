@@ -116,3 +116,21 @@ print(json.dumps(errors))
 def test_compact_needs_install():
     proc = run_python("import torch, torchmem\ntry:\n    torchmem.compact(torch.ones(2))\nexcept RuntimeError as e:\n    print(e)")
     assert "needs torchmem.install()" in proc.stdout
+
+
+def test_a_block_of_1_to_10_mib_takes_a_20_mib_segment_and_the_report_says_so():
+    """examples/planned_step.py's reserved 10 -> 22 MiB: the native policy serves a request of 1-10 MiB
+    from a 20 MiB segment, so packing 1.5 MiB of weights into one block reserves 20 MiB for it."""
+    r = run_json(
+        """
+net = torch.nn.Linear(768, 512)   # (768 * 512 + 512) * 4 bytes = 1.50 MiB: one request of 1-10 MiB
+report = torchmem.compact(net)
+seg = [s for s in torchmem.caching_allocator().segments() if s["address"] <= net.weight.data_ptr() < s["address"] + s["total_size"]]
+print(json.dumps({"bytes": report.bytes, "segment_bytes": report.segment_bytes, "seg": seg[0]["total_size"],
+                  "after": report.reserved_after, "text": report.explain()}))
+"""
+    )
+    assert r["bytes"] == (768 * 512 + 512) * 4
+    assert r["segment_bytes"] == r["seg"] == 20 << 20
+    assert r["after"] >= 20 << 20
+    assert "20 MiB segment" in r["text"] and "stays cached" in r["text"]

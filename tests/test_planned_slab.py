@@ -36,16 +36,17 @@ def test_slots_hit_in_order_at_their_offsets():
     assert (st["step_hits"], st["step_misses"]) == (3, 0)
 
 
-def test_other_size_other_stream_unplanned_and_beyond_the_plan_miss():
+def test_other_size_other_stream_and_beyond_the_plan_miss_an_unplanned_slot_goes_to_the_fallback_as_planned():
     slab, fallback = slab_on()
     plan = slab.add_plan([1024, 2048, 512], [0, 1024, U], [0, 0, 0], 3072)
     slab.begin_step(plan)
     other_size = slab.allocate(1000)          # slot 0 asked for 1024
     other_stream = slab.allocate(2048, 7)     # slot 1 was on stream 0
-    unplanned = slab.allocate(512)            # slot 2 outlived its step
+    unplanned = slab.allocate(512)            # slot 2 outlived its step: the fallback serves it, as planned
     beyond = slab.allocate(1024)              # no slot 3
     st = slab.stats()
-    assert (st["step_hits"], st["step_misses"]) == (0, 4)
+    assert (st["step_hits"], st["step_misses"], st["step_unplanned"]) == (0, 3, 1)
+    assert (st["misses"], st["unplanned"]) == (3, 1)
     assert all(fallback.owns(p) for p in (other_size, other_stream, unplanned, beyond))
     for p in (other_size, other_stream, unplanned, beyond):
         slab.deallocate(p)

@@ -19,6 +19,11 @@ tensor of the group (tied views), and non-leaf tensors that require grad.
 Views of a moved tensor taken before compaction (outside the group) keep
 the old bytes and no longer follow the tensor, as with any ``.data``
 assignment. Call it between steps, outside torchmem.planned() blocks.
+
+Reserved can grow: the block is one request of the caching allocator, and
+under the native policy a request of 1-10 MiB takes a 20 MiB segment (a
+larger one is rounded to 2 MiB). The segment's free part stays cached and
+serves later requests; ``CompactReport.explain()`` says so with the figures.
 """
 from __future__ import annotations
 
@@ -36,6 +41,18 @@ class CompactReport:
     skipped: int            # tensors left where they were
     reserved_before: int
     reserved_after: int
+    segment_bytes: int = 0  # the segment the block lives in (the native policy gives a 1-10 MiB block a 20 MiB one)
+
+    def explain(self) -> str:
+        """The report in words, with why reserved can grow: the block's segment may be larger than the block."""
+        mib = 2**20
+        text = (f"compacted {self.tensors} tensors ({self.bytes / mib:.2f} MiB) into {self.blocks} block; reserved "
+                f"{self.reserved_before / mib:.1f} -> {self.reserved_after / mib:.1f} MiB")
+        if self.segment_bytes >= 2 * self.bytes > 0:
+            text += (f"; the block is one request of {self.bytes / mib:.2f} MiB, served from a "
+                     f"{self.segment_bytes / mib:.0f} MiB segment (the native policy's rounding), whose free "
+                     f"{(self.segment_bytes - self.bytes) / mib:.2f} MiB stays cached for the next allocations")
+        return text
 
 
 def _group(obj: Any) -> list:
@@ -75,8 +92,8 @@ def _movable(tensors: list, device: Any) -> tuple[list, int]:
     return movable, len(unique) - len(movable)
 
 
-def _pack(tensors: list, device: Any) -> None:
-    """Copies `tensors` into one new block, then points each at its place."""
+def _pack(tensors: list, device: Any) -> int:
+    """Copies `tensors` into one new block, then points each at its place; returns the block's address."""
     import torch
 
     offsets, total = [], 0
@@ -92,6 +109,18 @@ def _pack(tensors: list, device: Any) -> None:
             places.append(place)
         for t, place in zip(tensors, places):
             t.data = place
+    return block.data_ptr()
+
+
+def _segment_bytes(address: int, device: Any) -> int:
+    """The size of the caching allocator's segment that holds `address` (0 if none does)."""
+    from torchmem.memory import caching_allocator
+
+    allocator = caching_allocator(None if device.type == "cpu" else str(device))
+    for seg in allocator.segments() if allocator is not None else []:
+        if seg["address"] <= address < seg["address"] + seg["total_size"]:
+            return seg["total_size"]
+    return 0
 
 
 def compact(*objects: Any, device: Any = None) -> CompactReport:
@@ -116,8 +145,8 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
     movable, skipped = _movable(tensors, target)
     before = torchmem.memory_reserved(target)
     torchmem.empty_cache(target)  # the new block then comes from a fresh segment, not from holes
-    if movable:
-        _pack(movable, target)
+    address = _pack(movable, target) if movable else 0
     torchmem.empty_cache(target)
     nbytes = sum(t.numel() * t.element_size() for t in movable)
-    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(target))
+    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(target),
+                         _segment_bytes(address, target) if address else 0)

@@ -24,8 +24,12 @@ is drawn again after. The region is one block of the caching allocator, so
 ``torchmem.memory_reserved()`` / ``memory_allocated()`` (and
 ``torch.cuda.memory_stats()`` on CUDA) include it.
 
-A request whose size, order or stream differs from the plan, or one beyond
-it, goes to the caching allocator and counts a miss; a slot whose bytes are
+Allocations that outlive the recorded step (a returned loss, gradients kept
+until the next ``zero_grad()``) are part of the step's shape: the plan
+expects them at their place in the sequence and sends them to the caching
+allocator, counted as ``unplanned``, not as misses. A request whose size,
+order or stream differs from the plan, or one beyond it, goes to the
+caching allocator and counts a miss; a slot whose bytes are
 still held (by a tensor that outlived its planned lifetime or escaped an
 earlier step) is never handed out again while held, so a divergent step
 cannot corrupt memory. A plan whose step misses more than ``max_miss_ratio``
@@ -63,7 +67,8 @@ class StepReport:
     key: Hashable
     phase: str                 # one of PHASES
     hits: int = 0              # allocations served from the region
-    misses: int = 0            # served by the caching allocator (when recording: every allocation)
+    misses: int = 0            # served by the caching allocator against the plan (when recording: every allocation)
+    unplanned: int = 0         # served by the caching allocator as planned: they outlive the step each step
     escaped: int = 0           # region allocations still live when the step ended
     rerecord: bool = False     # the plan missed too often and will be recorded again
 
@@ -257,8 +262,10 @@ def planned(
             when torchmem is installed on CUDA, else "cpu".
         warmup: steps of a new key run untouched before one is recorded.
         method, time_limit: passed to torchmem.plan.solve.
-        max_miss_ratio: above this fraction of missed allocations in a step,
-            the plan is dropped and recorded again.
+        max_miss_ratio: when a step's misses (unplanned allocations, which the
+            plan expects, are not misses), plus the plan's slots it never
+            reached, exceed this fraction of the plan's slots (or of the step's
+            allocations, if more), the plan is dropped and recorded again.
         release_cache: after recording, give the caching allocator's cache
             back to the device (empty_cache), before the region is drawn.
     Yields a StepReport, filled in when the block ends. A step that raises is
@@ -323,9 +330,14 @@ def _planned_step(state: _DeviceState, key: Hashable, entry: PlanEntry, max_miss
         report.escaped = state.slab.end_step()
         stats = state.slab.stats()
         report.hits, report.misses = stats["step_hits"], stats["step_misses"]
+        report.unplanned = stats["step_unplanned"]
         entry.history.append(report)
-    total = report.hits + report.misses  # reached only when the step did not raise
-    if total and report.misses / total > max_miss_ratio:
+    # Reached only when the step did not raise. Divergence: the misses, and the plan's slots the step never
+    # reached (it made fewer allocations than were recorded), against the larger of the two counts.
+    made = report.hits + report.misses + report.unplanned
+    slots = entry.planned_slots + entry.unplanned_slots
+    diverged = report.misses + max(0, slots - made)
+    if max(made, slots) and diverged / max(made, slots) > max_miss_ratio:
         report.rerecord = True
         state.plans.pop(key)
         state.slab.remove_plan(entry.plan_id)
@@ -391,3 +403,11 @@ def fragmentation_report(segments: list[dict], recent_sizes: list[int] | None = 
     elif recent > largest and sum(free) >= recent:
         reason = f"the largest free block ({largest} bytes) cannot serve a recent request of {recent} bytes"
     return FragmentationReport(len(free), active, largest, sum(free), recent, bool(reason), reason)
+
+
+# The module's functions, reachable from the function that hides it as an
+# attribute of torchmem: torchmem.planned.slab_stats(), torchmem.planned.plans(), ...
+for _f in (plans, slab_stats, forget, shape_key, fragmentation_watch, fragmentation_report, in_planned_step, planned_step,
+           StepReport, PlanEntry, FragmentationReport):
+    setattr(planned, _f.__name__, _f)
+del _f

@@ -57,8 +57,10 @@ void bind_planned(py::module_& m) {
         d["steps"] = st.steps;
         d["hits"] = st.hits;
         d["misses"] = st.misses;
+        d["unplanned"] = st.unplanned;
         d["step_hits"] = st.step_hits;
         d["step_misses"] = st.step_misses;
+        d["step_unplanned"] = st.step_unplanned;
         d["grow_failures"] = st.grow_failures;
         d["region_bytes"] = st.region_bytes;
         d["plans"] = st.plans;

@@ -54,7 +54,7 @@ void PlannedSlab::begin_step(PlanId id) {
   current_id_ = id;
   current_ = try_grow_locked(it->second.height, it->second.stream) ? &it->second : nullptr;
   cursor_ = 0;
-  stats_.step_hits = stats_.step_misses = 0;
+  stats_.step_hits = stats_.step_misses = stats_.step_unplanned = 0;
   ++stats_.steps;
 }
 
@@ -109,10 +109,12 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   {
     std::lock_guard<ForkSafeMutex> lock(mutex_);
+    bool expected = false;  // the plan's unplanned slot: the fallback serves it by design
     if (current_) {
       const size_t slot = cursor_++;
       if (slot < current_->slots.size()) {
         const PlannedSlot& s = current_->slots[slot];
+        expected = s.offset == kUnplanned && s.size == size && s.stream == stream;
         if (s.size == size && s.stream == stream && stream == region_stream_ && s.offset != kUnplanned) {
           const uintptr_t begin = base_ + s.offset;
           if (!overlaps_live(begin, begin + size)) {
@@ -124,7 +126,10 @@ void* PlannedSlab::allocate(size_t size, Stream stream) {
         }
       }
     }
-    if (step_open_) {
+    if (step_open_ && expected) {
+      ++stats_.unplanned;
+      ++stats_.step_unplanned;
+    } else if (step_open_) {
       ++stats_.misses;
       ++stats_.step_misses;
     }

@@ -9,7 +9,11 @@
 // so they all share one region, as tall as the tallest plan.
 //
 // Each step: begin_step(plan), then the i-th allocate() is a hit when its
-// size and stream equal slot i's and the slot's bytes are free; anything
+// size and stream equal slot i's and the slot's bytes are free. When slot i
+// is unplanned and the request has its size and stream, the allocation is
+// the one the plan expects to outlive the step (a returned loss, gradients
+// kept until the next zero_grad): the fallback serves it, as planned, and it
+// counts as `unplanned`, not as a miss. Anything
 // else (another size, an allocation beyond the plan, bytes still held by a
 // live allocation because frees came in another order, or by a tensor that
 // escaped an earlier step) is a miss served by the fallback allocator.
@@ -53,9 +57,11 @@ namespace torchmem {
 struct PlannedSlabStats {
   uint64_t steps = 0;
   uint64_t hits = 0;            // allocations served from the region
-  uint64_t misses = 0;          // served by the fallback during steps
+  uint64_t misses = 0;          // served by the fallback during steps, against the plan
+  uint64_t unplanned = 0;       // served by the fallback during steps, as planned (unplanned slots)
   uint64_t step_hits = 0;       // in the current (or last) step
   uint64_t step_misses = 0;
+  uint64_t step_unplanned = 0;
   uint64_t grow_failures = 0;   // the fallback could not provide a taller region
   size_t region_bytes = 0;      // the region's size now
   size_t plans = 0;
