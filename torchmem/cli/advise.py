@@ -32,10 +32,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torchmem.cli import arguments
     from torchmem.progress import progress_bar
     from torchmem.replay import advise, candidates, load_trace
 
     trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
+    arguments.require_trace(trace, args.trace, args.device is not None, "advise compares settings on the trace")
     base = trace.recorded.conf if trace.recorded is not None and trace.recorded.conf is not None else ""
     total = len(candidates(base, args.extra, not args.no_stitch)) + 3
     with progress_bar(total, "advise", disable=args.no_progress or args.json, unit="setting") as update:

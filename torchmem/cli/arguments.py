@@ -112,3 +112,27 @@ def run_command(name: str, func: Callable[[Any], Any], args: Any) -> int:
         print(f"torchmem {name}: internal error: {type(exc).__name__}: {one_line(exc)} "
               "(a bug in torchmem: please report it with the command)", file=sys.stderr)
         return 1
+
+
+def other_devices(recorded: Any) -> str:
+    """'device 0 has 4,496 trace entries (--device 0)' for the devices of a snapshot other than the one read."""
+    others = [(d, n) for d, n in recorded.devices if d != recorded.device and n]
+    return "; ".join(f"device {d} has {n:,} trace entries (--device {d})" for d, n in others)
+
+
+def require_trace(trace: Any, path: str, device_given: bool, what: str) -> None:
+    """A command that replays history (`what`) refuses a snapshot device without a trace.
+
+    With --device N given and another device holding the trace: DeviceError
+    (exit 2), naming the devices that have one; else TraceError (exit 1).
+    """
+    from torchmem.traces import DeviceError, TraceError
+
+    recorded = trace.recorded
+    if recorded is None or recorded.entries:
+        return
+    others = other_devices(recorded)
+    if device_given and others:
+        raise DeviceError(f"{path}: device {recorded.device} has no trace entries; {others}")
+    raise TraceError(f"{path}: the snapshot has no trace, only its final segments, and {what}: record with "
+                     "torch.cuda.memory._record_memory_history() before dumping (torchmem stats shows the segments)")

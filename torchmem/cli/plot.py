@@ -32,9 +32,13 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
     from torchmem.snapshot import load
+    from torchmem.traces import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 
     snapshot = load(args.snapshot)
+    if not args.segments and not any(isinstance(t, list) and t for t in snapshot.get("device_traces") or []):
+        raise TraceError(f"{args.snapshot}: the snapshot has no trace, so there is no timeline to draw: record with "
+                         "torch.cuda.memory._record_memory_history() before dumping, or draw its segments with --segments")
     title = args.title or args.snapshot
     if args.segments:
         tot = plot_segments(snapshot, args.output, title, max_segments=args.max_segments)

@@ -61,8 +61,14 @@ def describe(result, trace, path: str) -> str:
     lines.append(f"  Settings {result.conf or '(defaults)'}: {conf_sources[result.conf_source]}.")
     f = result.fidelity
     if rec is not None and rec.entries == 0:
-        lines.append("  The snapshot has no trace, only its final segments: record with "
-                     "torch.cuda.memory._record_memory_history() before dumping to replay what happened.")
+        from torchmem.cli.arguments import other_devices
+
+        others = other_devices(rec)
+        if others:
+            lines.append(f"  Device {rec.device} has no trace, only its final segments, rebuilt here; {others}.")
+        else:
+            lines.append("  The snapshot has no trace, only its final segments: record with "
+                         "torch.cuda.memory._record_memory_history() before dumping to replay what happened.")
     elif f is not None:
         total = f["placements_matched"] + f["placements_differed"]
         if result.exact:
@@ -96,10 +102,14 @@ def describe(result, trace, path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem import sim
+    from torchmem.cli import arguments
     from torchmem.progress import progress_bar
     from torchmem.traces import load_trace
 
     trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
+    if args.device is not None and trace.start is not None and not trace.start.segments:
+        # Nothing on that device at all: say where the trace is (a device with only segments replays them).
+        arguments.require_trace(trace, args.trace, True, "the device has no segments either")
     confs = [args.conf] + (args.compare or [])
     results = []
     for conf in confs:
