@@ -139,7 +139,7 @@ def test_stats_errors(files, capsys):
 def test_plot_errors(files, capsys):
     check_command("plot", files, capsys, SNAPSHOT_COMMANDS["plot"])
     status, err = run(["plot", files.no_trace, "-o", str(files.dir / "p.png"), "--no-progress"], capsys)
-    assert status == 1 and "has no trace, so there is no timeline to draw" in one_error(err, "plot")
+    assert status == 1 and "has no trace (no history), so there is no timeline to draw" in one_error(err, "plot")
     status, err = run(["plot", files.no_trace, "-o", str(files.dir / "p.png"), "--segments"], capsys)
     assert status == 0
     status, err = run(["plot", files.snapshot, "-o", str(files.dir / "p.png"), "--max-segments", "0"], capsys)

@@ -127,8 +127,10 @@ def _short(exc: BaseException) -> str:
 
 
 def short_repr(value: Any, limit: int = 40) -> str:
-    """repr() for error messages: bounded, and safe on containers of any depth."""
-    if isinstance(value, (dict, list, tuple)):
-        return f"a {type(value).__name__} of {len(value):,}"
-    text = repr(value)
+    """repr() for error messages: bounded in length and depth, so safe on containers nested any deep."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 2, limit, limit, limit
+    text = r.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -237,6 +237,11 @@ def build_snapshot(
 _SEGMENT_KEYS = {"address": int, "total_size": int, "stream": int, "segment_type": str, "blocks": list}
 _BLOCK_KEYS = {"address": int, "size": int, "state": str}
 _TRACE_KEYS = {"action": str, "size": int}
+# Fields every reader may use when present: checked when present.
+_OPTIONAL_KEYS = {"requested_size": int, "device": int, "stream": int, "device_free": int, "addr": int,
+                  "time_us": (int, float), "frames": list}
+# Addresses, sizes and streams are below 2**62, so that a sum of two stays below 2**63 (int64 everywhere).
+INT_LIMIT = 2**62
 
 
 def load(path: str | os.PathLike) -> dict:
@@ -296,13 +301,22 @@ def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
 
 
 def _check_keys(obj: Any, keys: dict, where: str) -> None:
-    from torchmem.input_files import short_repr
-
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: expected a dict, got {type(obj).__name__}")
     for key, typ in keys.items():
         if key not in obj:
             raise TraceError(f"{where}: missing field {key!r}")
-        value = obj[key]
-        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-            raise TraceError(f"{where}: field {key!r} should be {typ.__name__}, got {type(value).__name__} {short_repr(value)}")
+        _check_value(obj[key], key, typ, where)
+    for key, typ in _OPTIONAL_KEYS.items():
+        if key in obj and key not in keys:
+            _check_value(obj[key], key, typ, where)
+
+
+def _check_value(value: Any, key: str, typ: Any, where: str) -> None:
+    from torchmem.input_files import short_repr
+
+    if not isinstance(value, typ) or isinstance(value, bool):
+        name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
+        raise TraceError(f"{where}: field {key!r} should be {name}, got {type(value).__name__} {short_repr(value)}")
+    if isinstance(value, int) and not 0 <= value < INT_LIMIT and key != "time_us":
+        raise TraceError(f"{where}: field {key!r} is {value:,}, outside 0 to 2**62")

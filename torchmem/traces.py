@@ -114,16 +114,16 @@ def from_events(events: Iterable[dict], name: str = "events") -> Trace:
 
 def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
     if not isinstance(event, dict):
-        raise TraceError(f"{where}: expected an object like {{\"op\": \"alloc\", \"id\": 1, \"size\": 512}}, got {event!r:.80}")
+        raise TraceError(f"{where}: expected an object like {{\"op\": \"alloc\", \"id\": 1, \"size\": 512}}, got {_short(event, 80)}")
     op = event.get("op")
     if op not in ("alloc", "free"):
-        raise TraceError(f"{where}: unknown op {op!r} (expected 'alloc' or 'free')")
+        raise TraceError(f"{where}: unknown op {_short(op)} (expected 'alloc' or 'free')")
     if "id" not in event:
         raise TraceError(f"{where}: bad or missing field ('id')")
     id_, size, stream = event["id"], event.get("size", 0), event.get("stream", 0)
     for name, value in (("id", id_), ("size", size), ("stream", stream)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TraceError(f"{where}: {name} must be an integer, got {value!r}")
+            raise TraceError(f"{where}: {name} must be an integer, got {_short(value)}")
     if max(id_, size, stream) >= 2**64:
         raise TraceError(f"{where}: id, size and stream must be below 2**64")
     if id_ < 0 or size < 0 or stream < 0:
@@ -131,6 +131,12 @@ def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
     if op == "alloc" and size == 0:
         raise TraceError(f"{where}: alloc of 0 bytes")
     return (ALLOC if op == "alloc" else FREE), id_, size, stream
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    from torchmem.input_files import short_repr
+
+    return short_repr(value, limit)
 
 
 def _parse_event_dicts(events: Iterable[dict], name: str, first_index: int) -> Iterator[Chunk]:

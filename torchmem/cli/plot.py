@@ -37,8 +37,9 @@ def run(args: argparse.Namespace) -> int:
 
     snapshot = load(args.snapshot)
     if not args.segments and not any(isinstance(t, list) and t for t in snapshot.get("device_traces") or []):
-        raise TraceError(f"{args.snapshot}: the snapshot has no trace, so there is no timeline to draw: record with "
-                         "torch.cuda.memory._record_memory_history() before dumping, or draw its segments with --segments")
+        raise TraceError(f"{args.snapshot}: the snapshot has no trace (no history), so there is no timeline to draw: "
+                         "record with torch.cuda.memory._record_memory_history() or torchmem.record_memory_history() "
+                         "before dumping, or draw its segments with --segments")
     title = args.title or args.snapshot
     if args.segments:
         tot = plot_segments(snapshot, args.output, title, max_segments=args.max_segments)

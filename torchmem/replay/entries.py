@@ -7,8 +7,15 @@ SMALL_SEGMENT = 2 << 20  # the native allocator's small-pool segments; large one
 LIVE_STATES = ("active_allocated", "active_pending_free")
 
 
+INT_LIMIT = 2**62  # addresses and sizes: a sum of two stays below 2**63
+
+
 def int_field(entry: dict, key: str, where: str) -> int:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TraceError(f"{where}: {key} must be a non-negative integer, got {value!r}")
+        from torchmem.input_files import short_repr
+
+        raise TraceError(f"{where}: {key} must be a non-negative integer, got {short_repr(value)}")
+    if value >= INT_LIMIT:
+        raise TraceError(f"{where}: {key} is {value:,}, past 2**62 (no device has that much memory)")
     return value

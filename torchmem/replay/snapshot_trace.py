@@ -237,8 +237,11 @@ class _Builder:
         if not isinstance(entry, dict) or "action" not in entry:
             return self.bad_entry(i, "not a trace entry (expected a dict with an 'action')")
         action = entry["action"]
-        if action not in SNAPSHOT_ACTIONS:
-            return self.bad_entry(i, f"unknown action {action!r} (expected one of {', '.join(sorted(SNAPSHOT_ACTIONS))})")
+        if not isinstance(action, str) or action not in SNAPSHOT_ACTIONS:
+            from torchmem.input_files import short_repr
+
+            return self.bad_entry(i, f"unknown action {short_repr(action)} (expected one of "
+                                     f"{', '.join(sorted(SNAPSHOT_ACTIONS))})")
         if action in ("segment_free", "segment_unmap"):
             if self.segment_after_release:
                 self.settle_release(action)
@@ -343,7 +346,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     entries = traces[device] if device < len(traces) else []
     if not isinstance(entries, list):
         raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
-    actions = {e.get("action") for e in entries if isinstance(e, dict)}
+    actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
     free_action = "free_completed" if "free_completed" in actions else "free_requested"
 
     b = _Builder(name, device, skip_bad_events)
