@@ -13,15 +13,64 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MiB = 1024 * 1024
 
-requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-requires_two_gpus = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA GPUs"
-)
+# The fake GPU (torchmem.fakegpu, `make test-fakegpu`): PyTorch's CUDA build on
+# a fake runtime. Memory, streams, events, graphs' capture and copies are real
+# there; kernels are accepted and skipped, so values computed on the device
+# are not, and cuBLAS and cuDNN do not initialise.
+FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
 
-# Prepended to every child: install before anything touches CUDA.
-PRELUDE = """
+requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (or the fake GPU)")
+# On the fake GPU a child given env=TWO_GPUS has two cards.
+TWO_GPUS = {"TORCHMEM_FAKEGPU_DEVICES": "2"} if FAKE_GPU else {}
+requires_two_gpus = pytest.mark.skipif(
+    not FAKE_GPU and (not torch.cuda.is_available() or torch.cuda.device_count() < 2), reason="needs two CUDA GPUs"
+)
+NO_KERNELS = ("needs real arithmetic: the fake GPU accepts kernels and skips them, so values computed on the "
+              "device are not real (cuBLAS and cuDNN, with runtimes of their own, do not initialise on it)")
+requires_kernels = pytest.mark.skipif(FAKE_GPU, reason=NO_KERNELS)
+
+
+def computed(checks: dict) -> dict:
+    """Expected notes of values that kernels compute: checked where kernels run, not on the fake GPU."""
+    return {} if FAKE_GPU else checks
+
+
+# Prepended to every child, torchmem installed or not. Values reach the GPU by
+# copies (real on the fake GPU too) and are read back on the host; hold()
+# keeps a stream's work pending (the fake GPU holds it; a GPU sleeps on it).
+COMMON = """
 import json, os, torch, torchmem
 from torchmem import cuda as tmcuda
+FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
+
+def filled(shape, value, dtype=torch.float32, device="cuda"):
+    return torch.full(shape if isinstance(shape, (tuple, list)) else (shape,), value, dtype=dtype).to(device)
+
+def put(t, value):
+    t.copy_(torch.full(tuple(t.shape), value, dtype=t.dtype))
+    return t
+
+def host_sum(t):
+    return float(t.cpu().double().sum())
+
+def hold(stream):
+    if FAKE_GPU:
+        from torchmem.fakegpu import Control
+        Control().hold(stream)
+    else:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000_000)
+
+def release(stream):
+    if FAKE_GPU:
+        from torchmem.fakegpu import Control
+        control = Control()
+        control.hold(stream, False)
+        control.complete(stream)
+"""
+
+# Prepended to every child that installs torchmem: before anything touches CUDA.
+PRELUDE = COMMON + """
 tmcuda.install_cuda("caching", os.environ.get("TORCHMEM_TEST_CONF", ""))
 """
 
@@ -30,7 +79,7 @@ def run_child(code: str, conf: str = "", install: bool = True, timeout: int = 24
               env: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, TORCHMEM_TEST_CONF=conf, **(env or {}))
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    body = (PRELUDE if install else "import json, os, torch, torchmem\nfrom torchmem import cuda as tmcuda\n")
+    body = PRELUDE if install else COMMON
     return subprocess.run(
         [sys.executable, "-c", body + textwrap.dedent(code)],
         capture_output=True,
@@ -79,6 +128,12 @@ def segments():
 def within(t, segs):
     p = t.data_ptr()
     return any(a <= p < a + n for a, n in segs.items())
+
+def capture_violations():  # calls refused during a capture (the fake GPU counts them); None on a GPU
+    if not FAKE_GPU:
+        return None
+    from torchmem.fakegpu import Control
+    return Control().counter("capture_violations")
 """
 
 

@@ -1,12 +1,15 @@
 """torchmem as PyTorch's CUDA allocator: PyTorch's own APIs keep working.
 
-Every test swaps the allocator in its own interpreter; all skip without a GPU.
+Every test swaps the allocator in its own interpreter; all skip without a GPU
+(a real one or the fake GPU of `make test-fakegpu`). Values go to the GPU by
+copies and are read back on the host, which the fake GPU does for real; only
+checks of what kernels compute need a real GPU.
 """
 import pickle
 
 import pytest
 
-from cuda_helpers import MiB, requires_gpu, requires_two_gpus, run_child, run_json
+from cuda_helpers import FAKE_GPU, TWO_GPUS, MiB, requires_gpu, requires_kernels, requires_two_gpus, run_child, run_json
 
 pytestmark = requires_gpu
 
@@ -55,12 +58,13 @@ def test_install_through_torchmem_install():
     r = run_json(
         """
         torchmem.install()
-        x = torch.ones(10, device="cuda")
-        print(json.dumps({"installed": tmcuda.installed(), "sum": float(x.sum())}))
+        x = filled(10, 1.0)
+        print(json.dumps({"installed": tmcuda.installed(), "sum": host_sum(x),
+                          "ours": tmcuda.caching_allocator(0).owns(x.data_ptr())}))
         """,
         install=False,
     )
-    assert r == {"installed": True, "sum": 10.0}
+    assert r == {"installed": True, "sum": 10.0, "ours": True}
 
 
 def test_install_after_cuda_initialised_says_what_to_do():
@@ -91,8 +95,8 @@ def test_out_of_memory_raises_torch_cuda_oom_and_recovers():
         except torch.cuda.OutOfMemoryError as e:
             r = {"raised": True, "message": str(e)}
         r["num_ooms"] = torch.cuda.memory_stats()["num_ooms"]
-        after = torch.ones(1024, device="cuda")
-        r["works_after"] = float(after.sum())
+        after = filled(1024, 1.0)
+        r["works_after"] = host_sum(after)
         print(json.dumps(r))
         """
     )
@@ -150,8 +154,8 @@ def test_record_stream_defers_reuse_until_the_other_stream_is_done():
         side = torch.cuda.Stream()
         x = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda")
         ptr = x.data_ptr()
+        hold(side)  # the side stream stays busy
         with torch.cuda.stream(side):
-            torch.cuda._sleep(200_000_000)  # keeps the side stream busy
             x.record_stream(side)
         del x
         # As PyTorch: allocated bytes drop at the free, active bytes when the stream is done.
@@ -183,7 +187,7 @@ def test_expandable_segments_map_pages_and_unmap_on_empty_cache():
         r = {
             "reserved": torch.cuda.memory_reserved(),
             "expandable": [s["is_expandable"] for s in snap["segments"]],
-            "sum": int(sum(int(x.sum()) for x in [x.fill_(1) for x in xs])),
+            "sum": int(sum(host_sum(put(x, 1)) for x in xs)),
         }
         del xs
         torch.cuda.empty_cache()
@@ -218,7 +222,7 @@ def test_set_per_process_memory_fraction_limits_reserved_memory():
 def test_cuda_graph_capture_and_replay_with_a_private_pool():
     r = run_json(
         """
-        x = torch.ones(1024, device="cuda")
+        x = filled(1024, 1.0)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -228,8 +232,13 @@ def test_cuda_graph_capture_and_replay_with_a_private_pool():
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             y = x * 2 + 1
-        r = {"pools_after_capture": tmcuda.pool_count(0)}
-        x.fill_(3)
+        r = {"pools_after_capture": tmcuda.pool_count(0),
+             "y_in_pool": not tmcuda.caching_allocator(0).owns(y.data_ptr())}
+        if FAKE_GPU:  # no release, unmap, event query or synchronize while capturing
+            from torchmem.fakegpu import Control
+            r["capture_violations"] = Control().counter("capture_violations")
+            r["captures_ended"] = Control().counter("captures_ended")
+        put(x, 3)
         g.replay()
         torch.cuda.synchronize()
         r["replayed"] = float(y[0])
@@ -240,8 +249,12 @@ def test_cuda_graph_capture_and_replay_with_a_private_pool():
         print(json.dumps(r))
         """
     )
-    assert r["pools_after_capture"] == 1
-    assert r["replayed"] == 7.0
+    assert r["pools_after_capture"] == 1 and r["y_in_pool"]
+    if FAKE_GPU:
+        assert r["capture_violations"] == 0 and r["captures_ended"] == 1
+    else:  # the replay's kernels computed y
+        assert r["replayed"] == 7.0
+    assert r["pools_after_graph_deleted"] == 1
     assert r["pools_after_output_freed"] == 0
 
 
@@ -253,7 +266,7 @@ def test_mem_pool_use_mem_pool_graph_inside_and_destructor():
             a = torch.empty(1024 * 1024, dtype=torch.uint8, device="cuda")
             torch.cuda.empty_cache()  # allowed inside use_mem_pool, as native
             g = torch.cuda.CUDAGraph()
-            x = torch.ones(1024, device="cuda")
+            x = filled(1024, 1.0)
             with torch.cuda.graph(g):
                 y = x * 2
         r = {"pools": tmcuda.pool_count(0), "use_count": pool.use_count(),
@@ -269,7 +282,9 @@ def test_mem_pool_use_mem_pool_graph_inside_and_destructor():
         print(json.dumps(r))
         """
     )
-    assert r["in_pool"] and r["replayed"] == 2.0
+    assert r["in_pool"] and r["pools"] == 2  # the MemPool and the graph's own pool
+    if not FAKE_GPU:  # the replay's kernels computed y
+        assert r["replayed"] == 2.0
     assert r["pools_after"] == 0 and r["reserved_after"] == 0
 
 
@@ -286,6 +301,7 @@ def test_accelerator_memory_functions_reach_torchmem():
         assert r["allocated"] == r["ours"] == 1024 * 1024
 
 
+@requires_kernels
 def test_cudnn_benchmark_asks_cache_info():
     r = run_json(
         """
@@ -299,6 +315,7 @@ def test_cudnn_benchmark_asks_cache_info():
     assert r["shape"] == [8, 32, 62, 62]
 
 
+@requires_kernels
 def test_training_loop_matches_native_allocator_results():
     code = """
         torch.manual_seed(0)
@@ -331,10 +348,11 @@ def test_each_gpu_has_its_own_state():
             "owner0": tmcuda.caching_allocator(0).owns(a.data_ptr()),
         }
         with torch.cuda.device(1):
-            b = torch.ones(10, device="cuda")
+            b = filled(10, 1.0)
         r["b_device"] = b.device.index
         print(json.dumps(r))
-        """
+        """,
+        env=TWO_GPUS,
     )
     assert r["alloc0"] == 0 and r["alloc1"] == 1024 * 1024
     assert r["device_of_segments"] == [1]
@@ -354,6 +372,7 @@ def test_record_stream_with_another_gpus_stream_leaves_no_sticky_error():
         torch.cuda.synchronize(1)
         torch.cuda.empty_cache()
         print(json.dumps({"pending": tmcuda.pending_frees(0), "n": len(ys)}))
-        """
+        """,
+        env=TWO_GPUS,
     )
     assert r["pending"] == 0 and r["n"] == 3

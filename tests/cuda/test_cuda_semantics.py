@@ -6,8 +6,10 @@ Each check runs in a fresh interpreter (one allocator swap per process) that
 notes what it sees as it goes (cuda_helpers.run_noted). When a check differs
 under torchmem, the same code runs under PyTorch's own allocator too and the
 failure says whether that passes: a check that fails natively is the test's
-mistake. All skip without a GPU; tests/cuda/test_gpu_checks_offline.py checks
-the children's code on any machine.
+mistake. All skip without a GPU (real or fake); tests/cuda/test_gpu_checks_offline.py
+checks the children's code on any machine. Values go to the GPU by copies and
+are read on the host (real on the fake GPU too); what kernels compute (graph
+replays' outputs) is checked only on a real GPU (cuda_helpers.computed).
 """
 import json
 import os
@@ -15,7 +17,7 @@ import pickle
 import subprocess
 import sys
 
-from cuda_helpers import MiB, ROOT, check_noted, requires_gpu, run_noted, that
+from cuda_helpers import MiB, ROOT, check_noted, computed, requires_gpu, run_noted, that
 from torchmem import sim
 
 pytestmark = requires_gpu
@@ -23,8 +25,8 @@ pytestmark = requires_gpu
 # --------------------------------------------------------------------- CUDA graphs
 
 GRAPH_CHILD = """
-x = torch.ones(1 << 20, device="cuda")     # 4 MiB input: large pool
-small = torch.ones(1000, device="cuda")    # small pool
+x = filled(1 << 20, 1.0)                   # 4 MiB input: large pool
+small = filled(1000, 1.0)                  # small pool
 
 def step():
     h = x * 2                               # freed inside the capture: the pool reuses it
@@ -45,6 +47,7 @@ g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g):
     y, z = step()
 pool_segments = {a: n for a, n in segments().items() if a not in before}
+note("capture_violations", capture_violations())
 note("pools_after_capture", pool_count())
 note("pool_segments", len(pool_segments))
 note("outputs_in_pool_segments", [within(y, pool_segments), within(z, pool_segments)])
@@ -53,20 +56,20 @@ note("outputs_owned_by_default_pool", [default.owns(t.data_ptr()) for t in (y, z
 
 # Allocations outside the graph, between replays, must never take the pool's memory.
 sizes = (1, 100, 1000, 1 << 18, 1 << 20, 1 << 22)
-outside = [torch.full((n,), 7.0, device="cuda") for n in sizes for _ in range(4)]
+outside = [filled(n, 7.0) for n in sizes for _ in range(4)]
 note("outside_in_pool_segments", sum(within(t, pool_segments) for t in outside))
 replays = []
 for k in range(5):
-    x.fill_(k)
-    small.fill_(k)
+    put(x, k)
+    put(small, k)
     g.replay()
     torch.cuda.synchronize()
     replays.append([float(y[0]), float(y[-1]), float(z)])
     del outside[::2]                         # churn: free, allocate again, empty the cache
-    outside += [torch.full((n,), 7.0, device="cuda") for n in sizes]
+    outside += [filled(n, 7.0) for n in sizes]
     torch.cuda.empty_cache()
 note("replays", replays)
-note("outside_intact", all(bool((t == 7).all()) for t in outside))
+note("outside_intact", all(bool((t.cpu() == 7).all()) for t in outside))
 note("outside_in_pool_segments_after", sum(within(t, pool_segments) for t in outside))
 note("pool_segments_kept", all(a in segments() for a in pool_segments))
 
@@ -75,8 +78,8 @@ g2 = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g2, pool=g.pool()):
     w = y * 10
 note("pools_after_second_capture", pool_count())
-x.fill_(5)
-small.fill_(5)
+put(x, 5)
+put(small, 5)
 g.replay()
 g2.replay()
 torch.cuda.synchronize()
@@ -92,8 +95,8 @@ gc.collect()
 note("pools_after_outputs_freed", pool_count())
 torch.cuda.empty_cache()
 note("pool_segments_left_after_release", sum(a in segments() for a in pool_segments))
-after = torch.ones(1 << 20, device="cuda")
-note("works_after", float(after.sum()))
+after = filled(1 << 20, 1.0)
+note("works_after", host_sum(after))
 """
 
 
@@ -103,17 +106,20 @@ def graph_replays_ok(replays):
 
 def test_cuda_graph_capture_and_replays_keep_the_private_pool_valid():
     check_noted("graph", GRAPH_CHILD, {
+        "capture_violations": that("0 on the fake GPU (None on a GPU)", lambda v: v in (0, None)),
         "pools_after_capture": that("1 (or None natively)", lambda v: v in (1, None)),
         "pool_segments": that("at least one segment made during the capture", lambda v: v >= 1),
         "outputs_in_pool_segments": [True, True],
         "outside_in_pool_segments": 0,
-        "replays": that("y = 2k+1, z = 3000k + 10(2k+1) for k = 0..4", graph_replays_ok),
         "outside_intact": True,
         "outside_in_pool_segments_after": 0,
         "pool_segments_kept": True,
         "pools_after_second_capture": that("1: one pool shared (or None natively)", lambda v: v in (1, None)),
-        "chained": [11.0, 110.0, 110.0],
-        "outputs_after_graphs_deleted": [11.0, 15000.0 + 110.0],
+        **computed({
+            "replays": that("y = 2k+1, z = 3000k + 10(2k+1) for k = 0..4", graph_replays_ok),
+            "chained": [11.0, 110.0, 110.0],
+            "outputs_after_graphs_deleted": [11.0, 15000.0 + 110.0],
+        }),
         "pools_after_outputs_freed": that("0 (or None natively)", lambda v: v in (0, None)),
         "pool_segments_left_after_release": 0,
         "works_after": float(1 << 20),
@@ -126,9 +132,9 @@ def test_cuda_graph_capture_and_replays_keep_the_private_pool_valid():
 MEMPOOL_CHILD = """
 pool = torch.cuda.MemPool()
 with torch.cuda.use_mem_pool(pool):
-    a = torch.full((1 << 20,), 3.0, device="cuda")   # 4 MiB: large
-    s = torch.full((100,), 4.0, device="cuda")       # small
-b = torch.full((1 << 20,), 5.0, device="cuda")       # outside the pool
+    a = filled(1 << 20, 3.0)                     # 4 MiB: large
+    s = filled(100, 4.0)                         # small
+b = filled(1 << 20, 5.0)                         # outside the pool
 default = tmcuda.caching_allocator(0) if INSTALLED else None
 note("owned_by_default_pool", [default.owns(t.data_ptr()) for t in (a, s, b)] if INSTALLED else None)
 pool_segs = {x["address"]: x["total_size"] for x in pool.snapshot()}  # MemPool.snapshot(): the pool's segments, a list
@@ -138,16 +144,16 @@ attempt("use_count", pool.use_count)
 
 del a                                                # back to the pool, and taken again from it
 with torch.cuda.use_mem_pool(pool):
-    a2 = torch.full((1 << 20,), 6.0, device="cuda")
+    a2 = filled(1 << 20, 6.0)
 pool_segs = {x["address"]: x["total_size"] for x in pool.snapshot()}
 note("a2_in_pool_snapshot", within(a2, pool_segs))
-note("values", [float(a2.sum()), float(s.sum()), float(b.sum())])
+note("values", [host_sum(a2), host_sum(s), host_sum(b)])
 
 # The pool is destroyed while two of its tensors live, then they are freed.
 del pool
 gc.collect()
-c = torch.full((1 << 20,), 1.0, device="cuda")
-note("values_after_pool_deleted", [float(a2.sum()), float(s.sum()), float(c.sum())])
+c = filled(1 << 20, 1.0)
+note("values_after_pool_deleted", [host_sum(a2), host_sum(s), host_sum(c)])
 del a2, s
 gc.collect()
 torch.cuda.synchronize()
@@ -156,14 +162,14 @@ note("pools_after_its_tensors_freed", pool_count())
 # A pool destroyed empty, right after use_mem_pool.
 pool2 = torch.cuda.MemPool()
 with torch.cuda.use_mem_pool(pool2):
-    t = torch.ones(1000, device="cuda")
+    t = filled(1000, 1.0)
 del t
 del pool2
 gc.collect()
 torch.cuda.empty_cache()
 note("pools_at_end", pool_count())
-d = torch.ones(1 << 20, device="cuda")
-note("works_after", float(d.sum()))
+d = filled(1 << 20, 1.0)
+note("works_after", host_sum(d))
 """
 
 
@@ -183,14 +189,14 @@ def test_mem_pool_takes_the_allocations_inside_use_mem_pool_and_dies_cleanly():
 
 
 GRAPH_IN_MEMPOOL_CHILD = """
-x = torch.ones(1 << 20, device="cuda")
+x = filled(1 << 20, 1.0)
 torch.cuda.synchronize()
 
 def capture(**kwargs):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, **kwargs):
         y = x * 2 + 1
-    x.fill_(4)
+    put(x, 4)
     g.replay()
     torch.cuda.synchronize()
     return g, y
@@ -201,7 +207,7 @@ g1, y1 = capture(pool=pool.id)
 note("graph_with_pool_id", float(y1[0]))
 pool_segs = {s["address"]: s["total_size"] for s in pool.snapshot()}
 note("graph_output_in_mempool", within(y1, pool_segs))
-x.fill_(1)
+put(x, 1)
 
 # A graph captured inside use_mem_pool (torch.cuda.graph() empties the cache on entry).
 def inside(mempool):
@@ -209,23 +215,28 @@ def inside(mempool):
         g, y = capture()
     return g, y
 
-attempt("graph_inside_use_mem_pool", lambda: float(inside(pool)[1][0]))
+def inside_value(mempool):
+    g, y = inside(mempool)
+    note("graph_inside_use_mem_pool_captured", True)
+    return float(y[0])
+
+attempt("graph_inside_use_mem_pool", lambda: inside_value(pool))
 del g1, y1
 gc.collect()
 pool = None                                          # the MemPool dies here
 gc.collect()
 torch.cuda.synchronize()
 torch.cuda.empty_cache()
-note("works_after", float(torch.ones(1000, device="cuda").sum()))
+note("works_after", host_sum(filled(1000, 1.0)))
 note("pools_at_end", pool_count())
 """
 
 
 def test_graphs_captured_into_a_mem_pool():
     check_noted("graph in MemPool", GRAPH_IN_MEMPOOL_CHILD, {
-        "graph_with_pool_id": 9.0,
         "graph_output_in_mempool": True,
-        "graph_inside_use_mem_pool": 9.0,
+        **computed({"graph_with_pool_id": 9.0, "graph_inside_use_mem_pool": 9.0}),
+        "graph_inside_use_mem_pool_captured": True,
         "works_after": 1000.0,
         "pools_at_end": that("0 (or None natively)", lambda v: v in (0, None)),
     })
@@ -239,21 +250,22 @@ main = torch.cuda.current_stream()
 race = []
 for n in (256, 1 << 18, 1 << 22):                    # 1 KiB (small pool), 1 MiB, 16 MiB of float32
     for _ in range(3):
-        x = torch.zeros(n, device="cuda")
+        x = filled(n, 0.0)
         ptr = x.data_ptr()
         allocated_with_x = torch.cuda.memory_allocated()
         side.wait_stream(main)                       # the zeros are written before the side stream starts
+        hold(side)                                   # still busy when x is freed below
         with torch.cuda.stream(side):
-            torch.cuda._sleep(100_000_000)           # about 50 ms: still busy when x is freed below
-            x.fill_(1.0)                             # the side stream's write, after its sleep
+            x.fill_(1.0)                             # the side stream's write, pending
         x.record_stream(side)
         del x                                        # freed on the main stream, the write still pending
         allocated_after_free = torch.cuda.memory_allocated()
         pending = pending_frees()
-        y = torch.full((n,), 2.0, device="cuda")     # main stream, at once: must not get x's block
+        y = filled(n, 2.0)                           # main stream, at once: must not get x's block
         reused = y.data_ptr() == ptr
+        release(side)
         torch.cuda.synchronize()
-        race.append({"n": n, "reused": reused, "y_intact": bool((y == 2).all()), "pending": pending,
+        race.append({"n": n, "reused": reused, "y_intact": bool((y.cpu() == 2).all()), "pending": pending,
                      "allocated_drop": allocated_with_x - allocated_after_free})
         del y
 note("race", race)
@@ -261,7 +273,7 @@ note("race", race)
 # Once the side stream's work is done, every deferred block is free again:
 # the cache then gives back all but y's 16 MiB segment.
 torch.cuda.synchronize()
-x = torch.zeros(1 << 22, device="cuda")
+x = filled(1 << 22, 0.0)
 with torch.cuda.stream(side):
     x.add_(1)
 x.record_stream(side)
@@ -329,7 +341,7 @@ def replay_problems(path, capacity: int, peaks: list | None = None) -> list[str]
     allocation at its recorded address, the recorded peaks (allocated,
     reserved) when given, the final segments block by block. Empty when exact."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", str(capacity),
+    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", f"{capacity}B",
                            "--json", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     if proc.returncode != 0:
         return [f"torchmem replay exited {proc.returncode}: {proc.stderr[-3000:]}"]

@@ -31,7 +31,7 @@ import cuda_helpers
 import test_cuda_pressure
 import test_cuda_semantics
 import torchmem.cuda
-from cuda_helpers import MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
+from cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -49,7 +49,7 @@ RETURNS = {
 
 
 def full_source(code: str, install: bool = True) -> str:
-    return (PRELUDE if install else "import json, os, torch, torchmem\nfrom torchmem import cuda as tmcuda\n") + NOTES + \
+    return (PRELUDE if install else COMMON) + NOTES + \
         textwrap.dedent(code)
 
 
@@ -206,7 +206,7 @@ GiB = 1 << 30
 # What a correct run notes (PyTorch's own allocator's values, torchmem's counts where it has them).
 IDEAL = {
     "test_cuda_semantics.GRAPH_CHILD": {
-        "pools_after_capture": 1, "pool_segments": 2, "outputs_in_pool_segments": [True, True],
+        "capture_violations": 0, "pools_after_capture": 1, "pool_segments": 2, "outputs_in_pool_segments": [True, True],
         "outputs_owned_by_default_pool": [False, False], "outside_in_pool_segments": 0,
         "replays": [[2 * k + 1, 2 * k + 1, 3000 * k + 10 * (2 * k + 1)] for k in range(5)],
         "outside_intact": True, "outside_in_pool_segments_after": 0, "pool_segments_kept": True,
@@ -220,7 +220,7 @@ IDEAL = {
         "pools_at_end": 0, "works_after": float(1 << 20)},
     "test_cuda_semantics.GRAPH_IN_MEMPOOL_CHILD": {
         "graph_with_pool_id": 9.0, "graph_output_in_mempool": True, "graph_inside_use_mem_pool": 9.0,
-        "works_after": 1000.0, "pools_at_end": 0},
+        "graph_inside_use_mem_pool_captured": True, "works_after": 1000.0, "pools_at_end": 0},
     "test_cuda_semantics.RECORD_STREAM_CHILD": {
         "race": [{"n": n, "reused": False, "y_intact": True, "pending": 1, "allocated_drop": max(512, 4 * n)}
                  for n in (256, 1 << 18, 1 << 22) for _ in range(3)],
