@@ -6,7 +6,7 @@ Every scenario runs in its own interpreter with torchmem installed before CUDA
 initialises; all skip without a GPU. (The arena's policy is tested on CPU in
 tests/test_arena.py, tests/test_reliability.py and tests/cpp/core_driver.cpp.)
 """
-from cuda_helpers import MiB, requires_gpu, run_json
+from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
 
 pytestmark = requires_gpu
 
@@ -24,7 +24,7 @@ def test_the_issue_loop_on_cuda_holds_a_constant_peak():
     r = run_json(
         SETUP
         + """
-w = torch.randn(256, 256, device="cuda", requires_grad=True)
+w = torch.randn(64, 256, device="cuda", requires_grad=True)
 a0 = torch.cuda.memory_allocated()
 ar = Arena(64 << 20, device="cuda")
 region_counted = torch.cuda.memory_allocated() - a0
@@ -32,7 +32,7 @@ peaks, losses, in_arena = [], [], []
 for step in range(100):
     with torchmem.arena(ar):
         x = torch.randn(64, 256, device="cuda")
-        y = (x @ w).relu().sum()
+        y = (x * w).relu().sum()
         y.backward()
     in_arena.append(in_region(ar, x) and in_region(ar, y))
     losses.append(float(y))
@@ -40,11 +40,11 @@ for step in range(100):
     peaks.append(ar.peak)
 torch.cuda.synchronize()
 torch.manual_seed(0)
-w2 = torch.randn(256, 256, device="cuda", requires_grad=True)
+w2 = torch.randn(64, 256, device="cuda", requires_grad=True)
 ref = []
 for step in range(100):
     x = torch.randn(64, 256, device="cuda")
-    y = (x @ w2).relu().sum()
+    y = (x * w2).relu().sum()
     y.backward()
     ref.append(float(y))
     w2.grad = None
@@ -57,7 +57,9 @@ print(json.dumps({"peaks": peaks, "in_arena": all(in_arena), "region_counted": r
     )
     assert r["device"] == "cuda:0" and r["stream"] == 0  # the default stream
     assert r["region_counted"] == 64 * MiB  # torch.cuda.memory_allocated() counts the region
-    assert r["in_arena"] and r["close"]
+    assert r["in_arena"]
+    if not FAKE_GPU:  # the losses are computed by kernels, which the fake GPU skips
+        assert r["close"]
     peaks = r["peaks"]
     assert all(p == peaks[1] for p in peaks[1:]), peaks[:10]
 
@@ -72,8 +74,8 @@ r = {}
 with arena(ar):
     h = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
     ptr = h.data_ptr()
+    hold(side)                                  # keeps the side stream busy
     with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)          # keeps the side stream busy
         h.record_stream(side)
         z = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")   # another stream
     r["z_in_region"] = in_region(ar, z)
@@ -99,8 +101,8 @@ try:
 except torch.OutOfMemoryError as e:
     r["oom"] = str(e)
 with arena(Arena(1 << 20, device="cuda", fallback="caching")) as spill:
-    big = torch.ones(4 << 20, dtype=torch.uint8, device="cuda")
-    r["spilled_sum"] = int(big.sum())
+    big = filled(4 << 20, 1, dtype=torch.uint8)
+    r["spilled_sum"] = int(host_sum(big))
     del big
 r["fallback"] = spill.last_block["fallback_allocations"]
 tmcuda.caching_allocator(0).check_invariants()
