@@ -95,7 +95,7 @@ static CUresult vmm_address_free(CUdeviceptr ptr, size_t size) {
   int found = fg_memory_remove_locked((void *)(uintptr_t)ptr, NULL, NULL, NULL);
   pthread_mutex_unlock(&fg_lock);
   if (!found) return CUDA_ERROR_INVALID_VALUE;
-  munmap((void *)(uintptr_t)ptr, size);
+  fg_unmap_aligned((void *)(uintptr_t)ptr, size);
   return CUDA_SUCCESS;
 }
 

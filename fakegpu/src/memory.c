@@ -1,5 +1,5 @@
-/* Device memory as host memory: cudaMalloc maps anonymous memory (2 MiB
- * aligned, no backing until touched), copies are memcpy, pinned host memory is
+/* Device memory as host memory: cudaMalloc takes a range of the device
+ * address space (address_space.c; no backing until touched), copies are memcpy, pinned host memory is
  * malloc'ed. A card's capacity is charged in 2 MiB units. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -10,18 +10,6 @@
 
 #define LOCK() (fg_init(), pthread_mutex_lock(&fg_lock))
 #define UNLOCK() pthread_mutex_unlock(&fg_lock)
-
-/* Maps size bytes aligned to FG_GRANULE, or returns NULL. */
-void *fg_map_aligned(size_t size, int prot) {
-  size_t span = size + FG_GRANULE;
-  char *raw = mmap(NULL, span, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (raw == MAP_FAILED) return NULL;
-  uintptr_t start = ((uintptr_t)raw + FG_GRANULE - 1) & ~(uintptr_t)(FG_GRANULE - 1);
-  if (start > (uintptr_t)raw) munmap(raw, start - (uintptr_t)raw);
-  uintptr_t end = start + size, raw_end = (uintptr_t)raw + span;
-  if (raw_end > end) munmap((void *)end, raw_end - end);
-  return (void *)start;
-}
 
 cudaError_t cudaMalloc(void **ptr, size_t size) {
   if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
@@ -65,7 +53,7 @@ cudaError_t cudaFree(void *ptr) {
     fg_refund_locked(device, size);
   }
   UNLOCK();
-  if (err == cudaSuccess) munmap(ptr, size);
+  if (err == cudaSuccess) fg_unmap_aligned(ptr, size);
   return fg_ret(err);
 }
 

@@ -134,8 +134,11 @@ int fg_unsafe_call_refused_locked(void);
  * capturing (the work is captured, not run). */
 int fg_capture_work_locked(struct fg_stream *s, int is_copy);
 
-/* Maps size bytes aligned to FG_GRANULE (anonymous, no reserve), or NULL. */
+/* The device address space (address_space.c): takes size bytes (rounded up to
+ * FG_GRANULE) at the lowest free address, mapped with `prot` (PROT_NONE for a
+ * reservation), or NULL; returns a range taken so. Thread-safe, own lock. */
 void *fg_map_aligned(size_t size, int prot);
+void fg_unmap_aligned(void *ptr, size_t size);
 
 /* Registers device memory (cudaMalloc, reserved ranges) for lookups by address. */
 void fg_memory_add_locked(void *ptr, size_t size, int device, int kind);

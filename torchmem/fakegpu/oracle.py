@@ -1,0 +1,280 @@
+"""The differential oracle: PyTorch's own allocator, on the fake GPU, against torchmem's replay.
+
+A generator makes random workloads (sizes across the small pool, 1-10 MiB and
+large; one to three streams with record_stream and held-back events;
+empty_cache; memory fractions; caught out-of-memory errors; runs recorded
+from mid-way) under every setting PyTorch's parser accepts. Each runs under
+PyTorch's native allocator on the fake GPU (torchmem.fakegpu.oracle_child),
+which writes a native snapshot; torchmem's replay of that snapshot, given no
+hints, must then reproduce it:
+
+- the recorded trace entry by entry (alloc, free_completed,
+  segment_alloc/free/map/unmap, oom): the same action, address and size, so
+  every allocation lands at its native address, segments come in the same
+  sizes and order, and every OOM at its entry;
+- the final segments block by block;
+- for runs recorded from the start, the statistics PyTorch reported.
+
+A diverging case is shrunk (ops removed while it still diverges) to a short
+reproducer. `check()` runs workloads and returns their problems; the tests
+(tests/fakegpu/test_native_oracle.py) and benchmarks/bench_native_fidelity.py
+use it. Run it on a process that can start the fake GPU (its libraries built).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from torchmem import fakegpu
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+# Every key PyTorch's parser accepts that changes the allocator's decisions,
+# alone and in pairs. garbage_collection_threshold acts only with a memory fraction.
+SETTINGS: tuple[str, ...] = (
+    "",
+    "expandable_segments:True",
+    "max_split_size_mb:40",
+    "max_split_size_mb:200",
+    "max_split_size_mb:100,max_non_split_rounding_mb:40",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:1",
+    "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+    "garbage_collection_threshold:0.6",
+    "per_process_memory_fraction:0.6",
+    "large_segment_size_mb:40",
+    "expandable_segments:True,roundup_power2_divisions:2",
+    "expandable_segments:True,max_split_size_mb:100",
+    "max_split_size_mb:60,garbage_collection_threshold:0.7",
+    "roundup_power2_divisions:8,max_split_size_mb:120",
+    "expandable_segments:True,garbage_collection_threshold:0.5",
+)
+
+TRACE_ACTIONS = ("alloc", "free_completed", "segment_alloc", "segment_free", "segment_map",
+                 "segment_unmap", "oom")
+
+
+@dataclass
+class Workload:
+    """One oracle case. Ops are documented in torchmem/fakegpu/oracle_child.py."""
+
+    seed: int
+    conf: str
+    card: int
+    ops: list = field(default_factory=list)
+    fraction: float | None = None
+    record_at: int = 0  # 0: recorded from the start; else the op where recording begins
+
+    def describe(self) -> str:
+        parts = [f"seed {self.seed}", f"conf {self.conf or '(defaults)'}", f"card {self.card / GiB:g} GiB",
+                 f"{len(self.ops)} ops"]
+        if self.fraction:
+            parts.append(f"fraction {self.fraction:g}")
+        if self.record_at:
+            parts.append(f"recorded from op {self.record_at}")
+        return ", ".join(parts)
+
+
+def _size(rng: random.Random, card: int) -> int:
+    kind = rng.random()
+    if kind < 0.45:
+        return rng.randint(1, MiB)
+    if kind < 0.8:
+        return rng.randint(MiB + 1, 10 * MiB)
+    return rng.randint(10 * MiB, max(10 * MiB + 1, min(card // 6, GiB)))
+
+
+def generate(seed: int, conf: str | None = None) -> Workload:
+    """A random workload; `conf` picks the setting (default: drawn from SETTINGS)."""
+    rng = random.Random(seed)
+    conf = rng.choice(SETTINGS) if conf is None else conf
+    card = rng.choice([1, 2, 4, 8]) * GiB
+    fraction = round(rng.uniform(0.5, 0.95), 2) if ("garbage_collection" in conf or rng.random() < 0.15) else None
+    streams = rng.choice([1, 1, 2, 3])
+    ops: list = []
+    live: list[int] = []
+    held: set[int] = set()
+    next_id = 0
+    for _ in range(rng.randint(40, 220)):
+        r = rng.random()
+        if r < 0.5 or not live:
+            ops.append(["a", next_id, _size(rng, card), rng.randrange(streams)])
+            live.append(next_id)
+            next_id += 1
+        elif r < 0.85:
+            ops.append(["f", live.pop(rng.randrange(len(live)))])
+        elif r < 0.9 and streams > 1:
+            ops.append(["u", rng.choice(live), rng.randrange(1, streams)])
+        elif r < 0.93 and streams > 1:
+            s = rng.randrange(1, streams)
+            ops.append(["c", s] if s in held else ["h", s])
+            held.symmetric_difference_update({s})
+        elif r < 0.96:
+            ops.append(["e"])
+        else:
+            ops.append(["o", int(card * rng.uniform(0.3, 1.2)), rng.randrange(streams)])
+    record_at = rng.randrange(1, len(ops) // 2) if rng.random() < 0.2 else 0
+    return Workload(seed, conf, card, ops, fraction, record_at)
+
+
+# ------------------------------------------------------------------ running natively
+
+
+def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeout: float = 600) -> list[dict]:
+    """Runs workloads under PyTorch's allocator on the fake GPU, one process per setting.
+
+    Writes out_dir/<i>.pickle (the native snapshot of workloads[i]) and returns
+    what PyTorch reported for each ({"stats", "oom_caught", "torch"}, or
+    {"error": ...} when its process failed).
+    """
+    out = Path(out_dir)
+    by_conf: dict[str, list[int]] = {}
+    for i, w in enumerate(workloads):
+        by_conf.setdefault(w.conf, []).append(i)
+    reports: list[dict] = [{} for _ in workloads]
+    for conf, indices in by_conf.items():
+        with tempfile.TemporaryDirectory(prefix="torchmem-oracle-") as tmp:
+            spec = Path(tmp) / "workloads.json"
+            spec.write_text(json.dumps([asdict(workloads[i]) for i in indices]))
+            env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+            env.pop("PYTORCH_ALLOC_CONF", None)
+            proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", str(spec), tmp],
+                               card=max(workloads[i].card for i in indices), env=env, capture_output=True,
+                               text=True, timeout=timeout)
+            for k, i in enumerate(indices):
+                report_file, snapshot_file = Path(tmp) / f"{k}.json", Path(tmp) / f"{k}.pickle"
+                if report_file.exists():
+                    reports[i] = json.loads(report_file.read_text())
+                    os.replace(snapshot_file, out / f"{i}.pickle")
+                else:
+                    reports[i] = {"error": f"native run exited {proc.returncode}: {proc.stderr[-2000:]}"}
+    return reports
+
+
+# ------------------------------------------------------------------ comparing
+
+
+def _entries(trace: Iterable[dict]) -> list[tuple]:
+    return [(e["action"], None if e["action"] == "oom" else e.get("addr"), e["size"])
+            for e in trace if e["action"] in TRACE_ACTIONS]
+
+
+def _layout(segments: Iterable[dict]) -> list[tuple]:
+    return sorted((s["address"], s["total_size"], tuple(
+        (b["address"], b["size"], b["allocated"] if "allocated" in b else b["state"] != "inactive")
+        for b in s["blocks"])) for s in segments)
+
+
+def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workload) -> list[str]:
+    """What torchmem's replay of the native snapshot does not reproduce; empty when exact."""
+    from torchmem import snapshot_from_replay
+    from torchmem.replay.runner import replay
+
+    if "error" in report:
+        return [report["error"]]
+    with open(snapshot_path, "rb") as f:
+        native = pickle.load(f)
+    trace = native["device_traces"][0]
+    try:
+        result = replay(os.fspath(snapshot_path), history=len(trace) + 1000)
+    except Exception as exc:  # the replay must not raise on a native snapshot
+        return [f"replay raised {type(exc).__name__}: {exc}"]
+    problems = []
+    recorded, replayed = _entries(trace), _entries(snapshot_from_replay(result)["device_traces"][0])
+    # An OOM followed by no allocation is the run's last (the replay stops
+    # there, with the state at the failure, as for a program that died of it):
+    # the trace is compared up to it, and the final segments are not.
+    stopped_at_oom = bool(result.oom and result.oom.get("recorded"))
+    if stopped_at_oom:
+        last_oom = max(i for i, e in enumerate(recorded) if e[0] == "oom")
+        if all(e[0] != "alloc" for e in recorded[last_oom:]):
+            recorded = recorded[:last_oom + 1]
+    if recorded != replayed:
+        at = next((i for i, (a, b) in enumerate(zip(recorded, replayed)) if a != b), min(len(recorded), len(replayed)))
+        problems.append(f"trace differs at entry {at} of {len(recorded)}: native "
+                        f"{recorded[at] if at < len(recorded) else 'ends'}, replay "
+                        f"{replayed[at] if at < len(replayed) else 'ends'}")
+    if not stopped_at_oom and _layout(native["segments"]) != _layout(result.segments):
+        problems.append(f"final segments differ ({len(native['segments'])} native, {len(result.segments)} replayed)")
+    if not workload.record_at and not stopped_at_oom:
+        stats = report["stats"]
+        ours = {"allocated_bytes.all.peak": result.peak_allocated, "reserved_bytes.all.peak": result.peak_reserved}
+        ours.update({k: v for k, v in (result.stats or {}).items() if k in stats and k not in ours})
+        differ = {k: (stats[k], ours[k]) for k in ours if stats.get(k) is not None and stats[k] != ours[k]}
+        if differ:
+            problems.append("statistics differ (native, replay): " + ", ".join(f"{k} {a} vs {b}"
+                                                                             for k, (a, b) in differ.items()))
+    return problems
+
+
+def check(workloads: list[Workload], progress: Callable[[int], None] | None = None) -> list[list[str]]:
+    """Problems of each workload (an empty list where the replay is exact)."""
+    with tempfile.TemporaryDirectory(prefix="torchmem-oracle-") as tmp:
+        reports = run_native(workloads, tmp)
+        results = []
+        for i, (w, report) in enumerate(zip(workloads, reports)):
+            results.append(compare(Path(tmp) / f"{i}.pickle", report, w))
+            if progress:
+                progress(i + 1)
+        return results
+
+
+# ------------------------------------------------------------------ shrinking
+
+
+def _without(w: Workload, start: int, stop: int) -> Workload:
+    ops = w.ops[:start] + w.ops[stop:]
+    record_at = 0 if not w.record_at else max(1, min(len(ops) - 1, w.record_at - max(0, min(stop, w.record_at) - start)))
+    return Workload(w.seed, w.conf, w.card, ops, w.fraction, record_at)
+
+
+def problem_kind(problem: str) -> str:
+    """"trace", "final", "statistics", "replay" or "native": what a problem is about."""
+    return problem.split()[0]
+
+
+def shrink(workload: Workload, rounds: int = 12, kind: str | None = None) -> Workload:
+    """A shorter workload that still diverges (delta debugging over its ops).
+
+    With `kind` (see problem_kind), only candidates with a problem of that kind count.
+    """
+    current = workload
+    chunks = 2
+    for _ in range(rounds):
+        n = len(current.ops)
+        if n <= 1:
+            break
+        size = max(1, n // chunks)
+        candidates = [_without(current, s, s + size) for s in range(0, n, size)]
+        results = check(candidates)
+        failing = [c for c, problems in zip(candidates, results)
+                   if problems and (kind is None or any(problem_kind(p) == kind for p in problems))]
+        if failing:
+            current = min(failing, key=lambda c: len(c.ops))
+            chunks = max(2, chunks - 1)
+        elif size == 1:
+            break
+        else:
+            chunks = min(n, chunks * 2)
+    return current
+
+
+def write_reproducer(workload: Workload, problems: list[str], folder: str | os.PathLike[str]) -> Path:
+    """Writes a shrunk case as a JSON fixture (the workload and what diverged)."""
+    path = Path(folder) / f"seed{workload.seed}_{abs(hash(workload.conf)) % 10**6}.json"
+    path.write_text(json.dumps({"workload": asdict(workload), "problems": problems}, indent=1) + "\n")
+    return path
+
+
+def load_reproducer(path: str | os.PathLike[str]) -> Workload:
+    data = json.loads(Path(path).read_text())
+    return Workload(**data["workload"])

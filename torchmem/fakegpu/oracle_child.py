@@ -1,0 +1,118 @@
+"""Runs oracle workloads under PyTorch's own allocator on the fake GPU.
+
+    python -m torchmem.fakegpu -- python -m torchmem.fakegpu.oracle_child IN.json OUT_DIR
+
+IN.json holds a list of workloads (torchmem.fakegpu.oracle.Workload as dicts)
+that share one setting string, which the caller puts in
+PYTORCH_CUDA_ALLOC_CONF (PyTorch reads it once). Each runs in turn in this
+one process, from a clean allocator (everything freed, the cache emptied,
+statistics reset, a fresh history), with its own card size and memory
+fraction; its native snapshot is written to
+OUT_DIR/<index>.pickle and what PyTorch reported to OUT_DIR/<index>.json.
+Ops (lists): ["a", id, size, stream] allocate (an out-of-memory error is
+caught and the run goes on); ["f", id] free; ["u", id,
+stream] record_stream; ["h", stream] hold a stream's work; ["c", stream]
+complete it; ["e"] empty_cache; ["o", size, stream] an allocation that may run
+out of memory, caught; ["r"] start recording here (a run recorded mid-way).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+
+import torch
+
+from torchmem.fakegpu import Control
+
+STAT_KEYS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",
+             "reserved_bytes.all.current", "num_alloc_retries", "num_ooms", "segment.all.peak",
+             "allocation.all.allocated", "segment.all.allocated", "inactive_split_bytes.all.current",
+             "active_bytes.all.peak", "requested_bytes.all.peak", "num_device_alloc", "num_device_free")
+
+
+def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict]:
+    live: dict[int, torch.Tensor] = {}
+    oom_caught = 0
+    recording = False
+
+    def record() -> None:
+        nonlocal recording
+        torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=1_000_000,
+                                                 clear_history=True)
+        recording = True
+
+    if not workload.get("record_at"):
+        record()
+    for index, op in enumerate(workload["ops"]):
+        if index == workload.get("record_at") and not recording:
+            record()
+        kind = op[0]
+        if kind == "a":  # the program catches an out-of-memory error and goes on
+            try:
+                with torch.cuda.stream(streams[op[3]]):
+                    live[op[1]] = torch.empty(op[2], dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError:
+                oom_caught += 1
+        elif kind == "f":
+            live.pop(op[1], None)
+        elif kind == "u":
+            if op[1] in live:
+                live[op[1]].record_stream(streams[op[2]])
+        elif kind == "h":
+            control.hold(streams[op[1]])
+        elif kind == "c":
+            control.complete(streams[op[1]])
+        elif kind == "e":
+            torch.cuda.empty_cache()
+        elif kind == "o":
+            try:
+                with torch.cuda.stream(streams[op[2]]):
+                    torch.empty(op[1], dtype=torch.uint8, device="cuda")
+            except torch.OutOfMemoryError:
+                oom_caught += 1
+        elif kind == "r":
+            if not recording:
+                record()
+    snapshot = torch.cuda.memory._snapshot()
+    stats = torch.cuda.memory_stats()
+    report = {"stats": {k: stats.get(k) for k in STAT_KEYS}, "oom_caught": oom_caught,
+              "torch": torch.__version__}
+    live.clear()
+    return snapshot, report
+
+
+def reset(streams: list, control: Control) -> None:
+    for s in streams[1:]:
+        control.hold(s, False)
+    control.complete_all()
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.reset_accumulated_memory_stats()
+
+
+def main() -> None:
+    workloads = json.load(open(sys.argv[1]))
+    out = sys.argv[2]
+    control = Control()
+    torch.cuda.init()
+    streams = [torch.cuda.default_stream()] + [torch.cuda.Stream() for _ in range(2)]
+    for index, workload in enumerate(workloads):
+        reset(streams, control)
+        control.set_total(0, workload["card"])
+        if workload.get("fraction"):
+            torch.cuda.set_per_process_memory_fraction(workload["fraction"])
+        snapshot, report = run_one(workload, streams, control)
+        with open(os.path.join(out, f"{index}.pickle"), "wb") as f:
+            pickle.dump(snapshot, f)
+        with open(os.path.join(out, f"{index}.json"), "w") as f:
+            json.dump(report, f)
+        reset(streams, control)
+
+
+if __name__ == "__main__":
+    main()
