@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -319,3 +320,74 @@ def test_install_rejects_bad_kind_and_conf():
         torchmem.install(conf="nope:1")
     with pytest.raises(TypeError):
         torchmem.install(conf=128)
+
+
+# --- PyTorch's two settings variables (torchmem/pytorch_env.py) ------------------------------
+
+@pytest.mark.parametrize("env", [
+    {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"},
+    {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+    {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+])
+def test_pytorch_variables_are_read_in_pytorchs_order(env):
+    """The installed torch says which variable it runs with; torchmem names the same one."""
+    from torchmem.pytorch_env import pytorch_conf
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import torch; f = getattr(torch._C, '_accelerator_getAllocatorSettings', None); "
+         "print('MISSING' if f is None else f())"],
+        capture_output=True, text=True, env={**clean, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    if proc.stdout.strip() == "MISSING":
+        pytest.skip("this torch does not report its allocator settings (_accelerator_getAllocatorSettings)")
+    assert pytorch_conf(env) is not None and pytorch_conf(env)[1] == proc.stdout.strip()
+
+
+def test_recorded_settings_are_read_under_either_name():
+    from torchmem.replay import recorded_conf
+
+    assert recorded_conf({"PYTORCH_CUDA_ALLOC_CONF": "max_non_split_rounding_mb:64"}) == "max_non_split_rounding_mb:64"
+    assert recorded_conf({"PYTORCH_ALLOC_CONF": "max_non_split_rounding_mb:64"}) == "max_non_split_rounding_mb:64"
+    both = {"PYTORCH_CUDA_ALLOC_CONF": "max_non_split_rounding_mb:64", "PYTORCH_ALLOC_CONF": "large_segment_size_mb:40"}
+    assert recorded_conf(both) == "max_non_split_rounding_mb:64"
+
+
+def test_replay_notes_the_variable_it_does_not_use(tmp_path, monkeypatch, capsys):
+    import pickle
+
+    from torchmem.cli import main
+
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 2**40, "size": 512, "stream": 0},
+        {"action": "free_requested", "addr": 2**40, "size": 512, "stream": 0},
+        {"action": "free_completed", "addr": 2**40, "size": 512, "stream": 0}]]}))
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "expandable_segments:True")
+    assert main(["replay", str(path), "--no-progress"]) == 0
+    assert "Note: PYTORCH_ALLOC_CONF=expandable_segments:True is set here" in capsys.readouterr().out
+    assert main(["replay", str(path), "--no-progress", "--conf", "expandable_segments:True"]) == 0
+    assert "is set here" not in capsys.readouterr().out
+
+
+# Keys of PyTorch's CUDA parser (c10/cuda/CUDAAllocatorConfig.cpp), checked on torch 2.14.1+cu130 with
+# torch._C._accelerator_setAllocatorSettings: every one it accepts, torchmem accepts (and checks its value).
+# expandable_segments_handle_type appears in libc10_cuda only in an error message's advice; the parser
+# rejects it ("Unrecognized key"), and so does torchmem. A CPU torch accepts any key, so no oracle here.
+@pytest.mark.parametrize("conf, accepted", [
+    ("graph_capture_record_stream_reuse:True", True), ("throw_on_cudamalloc_oom:True", True),
+    ("pinned_reserve_segment_size_mb:64", True), ("pinned_free_catch_all:True", True),
+    ("pinned_use_background_threads:True", True), ("release_lock_on_hipmalloc:True", True),
+    ("expandable_segments_handle_type:posix_fd", False), ("release_expandable_segment:True", False),
+    ("free_safe_blocks_in_capture:True", False),
+])
+def test_cuda_parser_keys_as_pytorch_2_14(conf, accepted):
+    if accepted:
+        _C.parse_config(conf)
+        with pytest.raises(ValueError, match=conf.split(":")[0]):
+            _C.parse_config(conf.split(":")[0] + ":maybe")
+    else:
+        with pytest.raises(ValueError, match=f"unknown key '{conf.split(':')[0]}'"):
+            _C.parse_config(conf)

@@ -59,6 +59,7 @@ def describe(result, trace, path: str) -> str:
     conf_sources = {"recorded": "the snapshot's allocator_settings", "given": "given",
                     "default": "PyTorch's defaults" + (" (the snapshot does not record its settings)" if rec else "")}
     lines.append(f"  Settings {result.conf or '(defaults)'}: {conf_sources[result.conf_source]}.")
+    lines += environment_note(result.conf_source)
     f = result.fidelity
     if rec is not None and rec.entries == 0:
         from torchmem.cli.arguments import other_devices
@@ -98,6 +99,18 @@ def describe(result, trace, path: str) -> str:
     for note in result.notes:
         lines.append(f"  Note: {note}.")
     return "\n".join(lines)
+
+
+def environment_note(conf_source: str) -> list[str]:
+    """A line when PyTorch's settings variable is set here: the replay does not take it from the environment."""
+    from torchmem.pytorch_env import pytorch_conf
+
+    found = pytorch_conf()
+    if found is None or conf_source == "given":
+        return []
+    name, value = found
+    return [f"  Note: {name}={value} is set here, but a replay takes the snapshot's recorded settings or --conf, "
+            f"not this environment's: --conf '{value}' replays under it."]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -93,7 +93,9 @@ def recorded_conf(settings: Any) -> str | None:
         values = {v for _, v in pairs}
         items.append(f"roundup_power2_divisions:{values.pop()}" if len(values) == 1
                      else "roundup_power2_divisions:[" + ",".join(f"{k}:{v}" for k, v in pairs) + "]")
-    items += _conf_only_items(settings.get("PYTORCH_CUDA_ALLOC_CONF"))
+    from torchmem.pytorch_env import recorded_conf_string
+
+    items += _conf_only_items(recorded_conf_string(settings))
     return ",".join(items)
 
 
