@@ -325,6 +325,6 @@ def test_example_oom_to_fix(tmp_path):
     out = proc.stdout
     assert "torch.OutOfMemoryError: cpu out of memory" in out and "wrote a snapshot of this out-of-memory error" in out
     assert "The recorded OOM is reproduced" in out
-    assert "Best: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+    assert "Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
     assert "== 4. Training again in 276MiB with expandable_segments:True\nCompleted:" in out
     assert len([f for f in os.listdir(tmp_path) if f.endswith(".pickle")]) == 1

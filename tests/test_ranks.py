@@ -66,7 +66,7 @@ def test_row_figures():
         ("train.py:42 forward", 13 * MiB, 2), ("train.py:90 main", 2 * MiB, 1)]
     text = format_rows([row])
     assert "train.py:42 forward (13.0 MiB)" in text
-    assert "2023-11-1" in text and "entry 2/2" in text
+    assert "2023-11-1" in text and "trace entry 1 of 2" in text  # the oom is device_traces[0][1], as replay numbers it
     assert "1 of 1 rank ran out of memory: 3." in text
 
 
@@ -143,7 +143,7 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
                           env=env, timeout=120)
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0].split()[:3] == ["rank", "allocated", "reserved"]
+    assert lines[0].split()[:4] == ["rank", "device", "allocated", "reserved"]
     assert lines[2].split()[0] == "0" and lines[3].split()[0] == "1"
     assert "5.0 MiB" in lines[3] and "1 of 2 ranks ran out of memory: 1." in text.stdout
     assert f"torchmem replay {files[0]}" in text.stdout

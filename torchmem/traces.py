@@ -149,22 +149,27 @@ def _parse_event_dicts(events: Iterable[dict], name: str, first_index: int) -> I
         yield builder.take()
 
 
-def load_jsonl(path: str) -> Trace:
-    """A JSON-lines trace, read by the C++ reader (csrc/core/jsonl_reader.h); errors name the file and line."""
+def load_jsonl(path: str, skip_bad_events: bool = False) -> Trace:
+    """A JSON-lines trace, read by the C++ reader (csrc/core/jsonl_reader.h); errors name the file and line.
+
+    With skip_bad_events, bad lines are skipped: once read, the trace's
+    ``skipped_lines`` counts them and ``first_skipped`` names the first."""
     path = os.fspath(path)
 
     def factory() -> Iterator[Chunk]:
-        reader = _C.JsonlReader(os.fsencode(path))
+        reader = _C.JsonlReader(os.fsencode(path), skip_bad_lines=skip_bad_events)
         while True:
             try:
                 ops, ids, sizes, streams = reader.read(CHUNK)
             except ValueError as exc:
                 raise TraceError(f"{path}: {exc}") from None
+            trace.skipped_lines, trace.first_skipped = reader.skipped_lines, reader.first_skipped
             if not len(ops):
                 return
             yield Chunk(ops, ids, sizes, streams)
 
-    return Trace(path, factory, total=None)
+    trace = Trace(path, factory, total=None)
+    return trace
 
 
 def load_snapshot(path: str) -> dict:
@@ -185,8 +190,8 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
     """Any supported trace file, by its content (input_files.py).
 
     Snapshots (pickles, read as data only, or one JSON object) replay one
-    device: `device`, or by default the device with an OOM, else the first
-    with events.
+    device: `device`, or by default the device with an OOM, else the one
+    with the most history (torchmem.snapshot_devices).
     """
     from torchmem.input_files import JSONL, PICKLE, file_format, load_snapshot_json, load_snapshot_pickle, open_head
     from torchmem.replay.snapshot_trace import snapshot_trace
@@ -196,7 +201,7 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
     if fmt == JSONL:
         if device is not None:
             raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
-        return load_jsonl(path)
+        return load_jsonl(path, skip_bad_events)
     snapshot = load_snapshot_pickle(path) if fmt == PICKLE else load_snapshot_json(path)
     return snapshot_trace(snapshot, path, device, skip_bad_events)
 

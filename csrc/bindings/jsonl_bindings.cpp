@@ -49,17 +49,18 @@ static_assert(static_cast<uint8_t>(ReplayOp::kAlloc) == 0 && static_cast<uint8_t
 
 void bind_jsonl(py::module_& m) {
   py::class_<LockedJsonlReader>(m, "JsonlReader")
-      .def(py::init([](const std::string& path, size_t buffer_bytes) {
+      .def(py::init([](const std::string& path, size_t buffer_bytes, bool skip_bad_lines) {
              auto self = std::make_unique<LockedJsonlReader>();
              self->path = path;
              try {
-               self->reader = std::make_unique<JsonlReader>(path, buffer_bytes);
+               self->reader = std::make_unique<JsonlReader>(path, buffer_bytes, skip_bad_lines);
              } catch (const std::system_error& e) {
                raise_os_error(e, path);
              }
              return self;
            }),
-           py::arg("path"), py::arg("buffer_bytes") = JsonlReader::kDefaultBufferBytes)
+           py::arg("path"), py::arg("buffer_bytes") = JsonlReader::kDefaultBufferBytes,
+           py::arg("skip_bad_lines") = false)
       .def(
           "read",
           [](LockedJsonlReader& self, size_t max_events) {
@@ -79,6 +80,14 @@ void bind_jsonl(py::module_& m) {
       .def_property_readonly("lines", [](LockedJsonlReader& self) {
         std::lock_guard<std::mutex> lock(self.mutex);
         return self.reader->lines();
+      })
+      .def_property_readonly("skipped_lines", [](LockedJsonlReader& self) {
+        std::lock_guard<std::mutex> lock(self.mutex);
+        return self.reader->skipped_lines();
+      })
+      .def_property_readonly("first_skipped", [](LockedJsonlReader& self) {
+        std::lock_guard<std::mutex> lock(self.mutex);
+        return self.reader->first_skipped();
       })
       .def_property_readonly_static("DEFAULT_BUFFER_BYTES",
                                     [](py::object) { return JsonlReader::kDefaultBufferBytes; });

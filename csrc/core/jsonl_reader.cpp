@@ -151,8 +151,8 @@ bool parse_line(const char* begin, const char* end, Event* event) {
 
 }  // namespace
 
-JsonlReader::JsonlReader(const std::string& path, size_t buffer_bytes)
-    : path_(path), buffer_(std::max<size_t>(buffer_bytes, 1)) {
+JsonlReader::JsonlReader(const std::string& path, size_t buffer_bytes, bool skip_bad_lines)
+    : path_(path), buffer_(std::max<size_t>(buffer_bytes, 1)), skip_bad_(skip_bad_lines) {
   file_ = std::fopen(path.c_str(), "rb");
   if (!file_) throw std::system_error(errno, std::generic_category(), path);
   std::setvbuf(file_, nullptr, _IONBF, 0);  // buffer_ is the only buffer
@@ -181,7 +181,12 @@ size_t JsonlReader::read(size_t max_events, EventColumns& columns) {
     try {
       if (!parse_line(begin, end, &event)) continue;
     } catch (const std::invalid_argument& e) {
-      error_ = "line " + std::to_string(lines_) + ": " + e.what();
+      std::string what = "line " + std::to_string(lines_) + ": " + e.what();
+      if (skip_bad_) {
+        if (skipped_++ == 0) first_skipped_ = std::move(what);
+        continue;
+      }
+      error_ = std::move(what);
       throw std::invalid_argument(error_);
     }
     columns.ops.push_back(event.op);

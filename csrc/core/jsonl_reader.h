@@ -35,7 +35,9 @@
 //   "line 3: id, size and stream must be non-negative"
 //   "line 3: alloc of 0 bytes"
 // The columns then hold the events of the lines before the bad one, and
-// every later read() throws the same error. The constructor and read()
+// every later read() throws the same error. With skip_bad_lines, a bad line
+// (any of the errors above) is skipped instead: counted in skipped_lines(),
+// the first one's message kept in first_skipped(), and reading goes on. The constructor and read()
 // throw std::system_error (with errno) when the file cannot be opened or
 // read.
 //
@@ -75,7 +77,7 @@ class JsonlReader {
  public:
   static constexpr size_t kDefaultBufferBytes = size_t{1} << 20;
 
-  explicit JsonlReader(const std::string& path, size_t buffer_bytes = kDefaultBufferBytes);
+  explicit JsonlReader(const std::string& path, size_t buffer_bytes = kDefaultBufferBytes, bool skip_bad_lines = false);
   ~JsonlReader();
   JsonlReader(const JsonlReader&) = delete;
   JsonlReader& operator=(const JsonlReader&) = delete;
@@ -86,6 +88,9 @@ class JsonlReader {
 
   // Lines read so far, blank ones included.
   uint64_t lines() const { return lines_; }
+  // With skip_bad_lines: the bad lines skipped so far, and the first one's error ("line 3: ...").
+  uint64_t skipped_lines() const { return skipped_; }
+  const std::string& first_skipped() const { return first_skipped_; }
 
  private:
   // The next line, "\n" included when present; false at the end of the file.
@@ -101,7 +106,10 @@ class JsonlReader {
   size_t searched_ = 0;   // bytes from start_ known to hold no "\n"
   bool at_eof_ = false;
   uint64_t lines_ = 0;
-  std::string error_;     // set once a line is bad
+  std::string error_;     // set once a line is bad (not with skip_bad_)
+  bool skip_bad_ = false;
+  uint64_t skipped_ = 0;
+  std::string first_skipped_;
 };
 
 }  // namespace torchmem

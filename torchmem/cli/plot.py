@@ -21,7 +21,8 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE.png", help="picture to write")
     p.add_argument("--segments", action="store_true", help="draw the map of segments instead of the timeline")
     p.add_argument("--time", action="store_true", help="timeline against seconds instead of event number")
-    p.add_argument("--device", type=int, default=None, help="device index (default: the one with the most history)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device index (default: the one with an OOM, else the one with the most history)")
     p.add_argument("--max-segments", type=arguments.count(1), default=40, help="rows in the segment map (default 40, largest first)")
     p.add_argument("--title", default=None, help="title (default: the file name)")
     p.add_argument("--json", action="store_true", help="print what was drawn as JSON")
@@ -42,20 +43,22 @@ def run(args: argparse.Namespace) -> int:
                          "before dumping, or draw its segments with --segments")
     title = args.title or args.snapshot
     if args.segments:
-        tot = plot_segments(snapshot, args.output, title, max_segments=args.max_segments)
+        tot = plot_segments(snapshot, args.output, title, max_segments=args.max_segments, device=args.device)
         summary = {"output": args.output, "kind": "segments", **{k: v for k, v in tot.items() if k != "pools"}}
+        used = tot["device_choice"]
     else:
         traces = snapshot.get("device_traces") or []
         total = max((len(t) for t in traces), default=0)
         with progress_bar(total, "plot", disable=args.no_progress or args.json) as update:
             t = plot_timeline(snapshot, args.output, title, device=args.device,
                               x="time" if args.time else "event", progress=update)
-        summary = {"output": args.output, "kind": "timeline", "device": t.device, "events": t.events,
+        used = t.device_choice
+        summary = {"output": args.output, "kind": "timeline", "device": t.device, "device_choice": used, "events": t.events,
                    "peak_allocated": int(t.allocated.max()), "peak_reserved": int(t.reserved.max()),
                    "max_reserved_minus_allocated": int((t.reserved - t.allocated).max()),
                    "ooms": [{k: int(v) for k, v in o.items()} for o in t.ooms], "notes": t.notes}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"wrote {args.output}", file=sys.stderr)
+        print(f"wrote {args.output}: {used}", file=sys.stderr)
     return 0

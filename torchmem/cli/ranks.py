@@ -20,6 +20,9 @@ def register(subparsers) -> None:
     p.add_argument("snapshots", nargs="+", metavar="SNAPSHOT",
                    help=f"snapshot files, e.g. oom_rank*.pickle; each is {SNAPSHOT_FORMATS}")
     p.add_argument("--top", type=arguments.count(0), default=5, help="allocation sites listed per rank (default 5)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device index in every file (default, per file: the one with an OOM, else the one with "
+                        "the most history)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -41,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     with progress_bar(len(args.snapshots), "load", disable=args.no_progress or args.json, unit="file") as update:
         for i, path in enumerate(args.snapshots):
-            rows.append(rank_row(load_any(path), path, i, args.top))
+            rows.append(rank_row(load_any(path), path, i, args.top, args.device))
             update(i + 1)
     rows.sort(key=lambda r: (r["rank"], r["file"]))
     if args.json:

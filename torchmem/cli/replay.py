@@ -20,7 +20,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("trace", help=f"the trace: {TRACE_FORMATS}")
     p.add_argument("--capacity", default=None, type=arguments.size("--capacity"),
-                   help="device capacity (default: from the snapshot's OOM, else 80GiB)")
+                   help="device capacity with a unit: 80GiB (2**30 bytes each) or 80GB (10**9 bytes each) "
+                        "(default: from the snapshot's OOM, else 80GiB)")
     p.add_argument("--in-use-by-others", default="0", type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default 0)")
     p.add_argument("--conf", default=None, type=arguments.conf, help="allocator config (default: the snapshot's recorded settings)")
     p.add_argument("--compare", nargs="+", metavar="CONF", default=None, type=arguments.conf,
@@ -34,9 +35,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def describe(result, trace, path: str) -> str:
+def describe(result, trace, path: str, given_capacity: str | None = None) -> str:
     """What was rebuilt, what was assumed, how closely the recording was followed."""
-    from torchmem.replay import gib
+    from torchmem.replay.runner import fmt_size, size_reading
 
     lines = []
     rec = result.recorded
@@ -44,8 +45,7 @@ def describe(result, trace, path: str) -> str:
         devices = ", ".join(f"device {d}: {n:,} entries" + (" (replayed)" if d == rec.device else "")
                             for d, n in rec.devices) or "no device has entries"
         lines.append(f"Snapshot {path}: {devices}.")
-        if len(rec.devices) > 1:
-            lines.append("  Replay another with --device N.")
+        lines.append(f"  Replayed {rec.device_choice}" + ("; replay another with --device N." if len(rec.devices) > 1 else "."))
         described = result.start.describe()
         lines.append(f"  {described[0].upper()}{described[1:]}.")
     sources = {
@@ -55,7 +55,8 @@ def describe(result, trace, path: str) -> str:
         "expandable": "the largest card whose expandable ranges (9/8 of it each) fit between the recorded ones",
         "default": "the default; give --capacity for your card" + (" (the snapshot has no OOM)" if rec else ""),
     }
-    lines.append(f"  Capacity {gib(result.capacity)}: {sources[result.capacity_source]}.")
+    read = size_reading(given_capacity) if result.capacity_source == "given" else ""
+    lines.append(f"  Capacity {fmt_size(result.capacity)}: {sources[result.capacity_source]}" + (f" as {read}" if read else "") + ".")
     conf_sources = {"recorded": "the snapshot's allocator_settings", "given": "given",
                     "default": "PyTorch's defaults" + (" (the snapshot does not record its settings)" if rec else "")}
     lines.append(f"  Settings {result.conf or '(defaults)'}: {conf_sources[result.conf_source]}.")
@@ -83,12 +84,12 @@ def describe(result, trace, path: str) -> str:
     oom = result.recorded_oom
     if oom is not None:
         if oom["reproduced"]:
-            lines.append(f"  The recorded OOM is reproduced: {gib(oom['size'])} refused with {gib(oom['reserved'])} reserved, "
+            lines.append(f"  The recorded OOM is reproduced: {fmt_size(oom['size'])} refused with {fmt_size(oom['reserved'])} reserved, "
                          "as on the GPU.")
         elif result.completed or result.fidelity and result.fidelity["failed_alloc_succeeded"] is not None:
-            lines.append(f"  The recorded OOM ({gib(oom['size'])} with {gib(oom['reserved'])} reserved) does not happen here.")
+            lines.append(f"  The recorded OOM ({fmt_size(oom['size'])} with {fmt_size(oom['reserved'])} reserved) does not happen here.")
         else:
-            lines.append(f"  The recorded OOM ({gib(oom['size'])}) is not reproduced as recorded.")
+            lines.append(f"  The recorded OOM ({fmt_size(oom['size'])}) is not reproduced as recorded.")
         ooms = result.recorded_ooms
         if len(ooms) > 1 and result.follows_recording:
             reproduced = sum(o["reproduced"] for o in ooms)
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from torchmem import sim
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
+    from torchmem.replay.runner import size_reading
     from torchmem.traces import load_trace
 
     trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
@@ -135,18 +137,21 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
     if results[0].skipped:
-        print(f"warning: skipped {results[0].skipped} bad events", file=sys.stderr)
+        print(f"warning: skipped {results[0].skipped_detail}", file=sys.stderr)
     if args.json:
         out = [r.to_json() for r in results]
         print(json.dumps(out if args.compare else out[0], indent=2))
     else:
         first = results[0]
         if trace.recorded is not None:
-            print(describe(first, trace, args.trace))
+            print(describe(first, trace, args.trace, args.capacity))
             print()
-        elif first.notes:
+        else:
             for note in first.notes:
                 print(f"note: {note}", file=sys.stderr)
+            read = size_reading(args.capacity) if args.capacity else ""
+            if read:
+                print(f"Capacity: {read}.")
         print(first.explain())
         if len(results) > 1:
             print()

@@ -14,20 +14,26 @@ def register(subparsers) -> None:
         help="totals of a snapshot: allocated, free internal, free external, reserved",
         description="Print a snapshot's totals: allocated (bytes requested by live allocations), free internal "
         "(rounding inside them), free external (free blocks inside segments), which add up to reserved; the "
-        "largest free block; per pool.",
+        "largest free block; per pool. One device: --device, else the one with an OOM, else the one with the most "
+        "history.",
     )
     p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
+    p.add_argument("--device", type=int, default=None,
+                   help="device index (default: the one with an OOM, else the one with the most history)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.snapshot import load
+    from torchmem.snapshot_devices import choose_device, device_segments
     from torchmem.viz.totals import format_totals, totals
 
-    t = totals(load(args.snapshot))
+    snapshot = load(args.snapshot)
+    choice = choose_device(snapshot, args.device, args.snapshot)
+    t = totals({"segments": device_segments(snapshot, choice.device)})
     if args.json:
-        print(json.dumps(t, indent=2))
+        print(json.dumps(dict(t, device=choice.device, device_choice=choice.describe()), indent=2))
     else:
-        print(format_totals(t, args.snapshot))
+        print(format_totals(t, f"{args.snapshot}, {choice.describe()}"))
     return 0

@@ -20,7 +20,8 @@ def register(subparsers) -> None:
     )
     p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
     p.add_argument("-o", "--output", required=True, metavar="FILE.html", help="page to write")
-    p.add_argument("--device", type=int, default=None, help="device index (default: the one with the most history)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device index (default: the one with an OOM, else the one with the most history)")
     p.add_argument("--title", default=None, help="page title (default: the file name)")
     p.add_argument("--json", action="store_true", help="print the output path and size as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -32,14 +33,18 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.snapshot import load
     from torchmem.viz.html import write_html
 
+    from torchmem.snapshot_devices import choose_device
+
     snapshot = load(args.snapshot)
+    choice = choose_device(snapshot, args.device, args.snapshot)
     traces = snapshot.get("device_traces") or []
     total = max((len(t) for t in traces), default=0)
     with progress_bar(total, "viz", disable=args.no_progress or args.json) as update:
         write_html(snapshot, args.output, title=args.title or os.path.basename(args.snapshot), device=args.device,
                    progress=update)
     if args.json:
-        print(json.dumps({"output": args.output, "bytes": os.path.getsize(args.output)}))
+        print(json.dumps({"output": args.output, "bytes": os.path.getsize(args.output), "device": choice.device,
+                          "device_choice": choice.describe()}))
     else:
-        print(f"wrote {args.output}", file=sys.stderr)
+        print(f"wrote {args.output}: {choice.describe()}", file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ from torchmem.replay.runner import (
     ReplayResult,
     as_trace,
     compare,
+    fmt_size,
     gib,
     normalize_conf,
     parse_bytes,
@@ -23,7 +24,7 @@ from torchmem.traces import Trace, TraceError, from_events, load_trace
 
 __all__ = [
     "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",
-    "from_events", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
+    "from_events", "fmt_size", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
 ]
 from torchmem.replay.advise import STITCH, Advice, advise, candidates, min_capacity  # noqa: E402
 

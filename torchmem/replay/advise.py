@@ -15,16 +15,20 @@ trace completes, by bisection over replays on a 2 MiB grid. Each
 """
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
+import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from torchmem.replay.capacity import recorded_capacity
-from torchmem.replay.runner import as_trace, gib, normalize_conf, parse_capacity, replay
+from torchmem.replay.runner import as_trace, fmt_size, normalize_conf, parse_capacity, replay
 from torchmem.traces import Trace
 
 GRID = 2 << 20  # capacities are searched on a 2 MiB grid, the granularity of device allocations
 MAX_GROWTH = 64  # give up when a setting does not complete at 64 times the reference capacity
+MAX_THREADS = 8  # settings searched at once (at most one per core)
 
 SINGLE_SETTINGS = (
     "expandable_segments:True",
@@ -68,9 +72,9 @@ class Advice:
     def summary(self) -> str:
         conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
             " [torchmem]" if self.policy == "stitch" else "")
-        need = gib(self.min_capacity) if self.min_capacity is not None else "not within reach"
+        need = fmt_size(self.min_capacity) if self.min_capacity is not None else "not within reach"
         outcome = "completes" if self.completes else "OOM"
-        return f"{conf:<66} needs {need:>11}, peak reserved {gib(self.peak_reserved):>11}; at {gib(self.capacity)}: {outcome}"
+        return f"{conf:<66} needs {need:>11}, peak reserved {fmt_size(self.peak_reserved):>11}; at {fmt_size(self.capacity)}: {outcome}"
 
 
 def is_stitch(conf: str) -> bool:
@@ -169,16 +173,37 @@ def advise(
     done = 0
     results: list[Advice] = []
 
-    def run(conf: str) -> None:
+    def search_one(conf: str) -> Advice:
         nonlocal done
         own = recorded is not None and normalize_conf(conf) == normalize_conf(base)
-        results.append(_search(trace, conf, reference, in_use_by_others, skip_bad_events, own))
-        done += 1
-        if progress:
-            progress(done)
+        advice = _search(trace, conf, reference, in_use_by_others, skip_bad_events, own)
+        with lock:
+            done += 1
+            if progress:
+                progress(done)
+        return advice
 
-    for conf in candidates(base, extra, stitch):
-        run(conf)
+    # The settings are searched side by side, one thread per core: a replay runs in C++ without the GIL.
+    lock = threading.Lock()
+    workers = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                         MAX_THREADS))
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="torchmem-advise")
+
+    def run_all(confs: list[str]) -> None:
+        results.extend(pool.map(search_one, confs))  # in the order given, whichever finishes first
+
+    try:
+        _advise_rounds(run_all, results, base, extra, stitch, combine)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    results.sort(key=lambda r: (r.min_capacity is None, r.min_capacity or 0, not r.completes, r.peak_reserved))
+    return results
+
+
+def _advise_rounds(run_all: Callable[[list[str]], None], results: list[Advice], base: str, extra: Iterable[str],
+                   stitch: bool, combine: int) -> None:
+    """The candidates, then pairs of the `combine` best settings that help (each round searched by run_all)."""
+    run_all(list(candidates(base, extra, stitch)))
     if combine:
         baseline = results[0].min_capacity
         helpful = [r for r in results[1:] if r.min_capacity is not None and r.policy == "native"
@@ -188,6 +213,7 @@ def advise(
         for r in helpful:
             best_per_key.setdefault(_added_keys(base, r.conf), r)
         tried = {normalize_conf(r.conf) for r in results}
+        pairs = []
         for a, b in itertools.combinations(list(best_per_key.values())[:combine], 2):
             conf = _combine(a.conf, b.conf)
             try:
@@ -196,9 +222,8 @@ def advise(
                 continue
             if key not in tried:
                 tried.add(key)
-                run(conf)
-    results.sort(key=lambda r: (r.min_capacity is None, r.min_capacity or 0, not r.completes, r.peak_reserved))
-    return results
+                pairs.append(conf)
+        run_all(pairs)
 
 
 def min_capacity(

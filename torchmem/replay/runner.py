@@ -48,7 +48,8 @@ class ReplayResult:
     timeline: np.ndarray  # rows of (event index, allocated, reserved), peaks per window
     stats: dict = field(repr=False, default_factory=dict)
     segments: list = field(repr=False, default_factory=list)
-    skipped: int = 0
+    skipped: int = 0                 # bad events skipped (skip_bad_events): unreadable entries plus events refused
+    skipped_detail: str = ""         # what they were, in words (the CLI's warning)
     notes: list[str] = field(default_factory=list)
     replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
     capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM), "oom_limit"
@@ -103,9 +104,11 @@ class ReplayResult:
 
     def to_json(self) -> dict:
         oom = None
-        if self.oom:
-            oom = {k: self.oom.get(k) for k in ("index", "entry", "size", "allocated", "reserved", "reserved_but_free",
+        if self.oom:  # "entry": the snapshot's trace entry, as every command numbers it (else the event's position)
+            oom = {k: self.oom.get(k) for k in ("entry", "size", "allocated", "reserved", "reserved_but_free",
                                                 "largest_free", "message", "recorded")}
+            if oom["entry"] is None:
+                oom["entry"] = self.oom.get("index")
         return {
             "conf": self.conf,
             "capacity": self.capacity,
@@ -143,8 +146,8 @@ class ReplayResult:
         else:
             o = self.oom
             where = f"trace entry {o['entry']:,}" if o.get("entry") is not None else f"event {o['index']:,}"
-            outcome = f"OOM at {where}: {gib(o['size'])} refused ({gib(o['allocated'])} allocated, {gib(o['reserved'])} reserved)"
-        line = f"{conf:<40} peak allocated {gib(self.peak_allocated):>10}, peak reserved {gib(self.peak_reserved):>10}: {outcome}"
+            outcome = f"OOM at {where}: {fmt_size(o['size'])} refused ({fmt_size(o['allocated'])} allocated, {fmt_size(o['reserved'])} reserved)"
+        line = f"{conf:<40} peak allocated {fmt_size(self.peak_allocated):>10}, peak reserved {fmt_size(self.peak_reserved):>10}: {outcome}"
         if self.counters:
             c = self.counters
             line += f" ({c['page_maps']:,} page maps, {c['page_unmaps']:,} unmaps for {self.allocations:,} allocations)"
@@ -153,23 +156,23 @@ class ReplayResult:
     def explain(self) -> str:
         """Why the replay ran out of memory (or that it did not), in words."""
         if self.completed:
-            return (f"Completed {self.events:,} events on {gib(self.capacity)}: peak allocated {gib(self.peak_allocated)}, "
-                    f"peak reserved {gib(self.peak_reserved)} (cache overhead {gib(self.peak_reserved - self.peak_allocated)}).")
+            return (f"Completed {self.events:,} events on {fmt_size(self.capacity)}: peak allocated {fmt_size(self.peak_allocated)}, "
+                    f"peak reserved {fmt_size(self.peak_reserved)} (cache overhead {fmt_size(self.peak_reserved - self.peak_allocated)}).")
         o = self.oom
         free_device = o["device_free"]
         where = f"trace entry {o['entry']:,}" if o.get("entry") is not None else f"event {o['index']:,}"
         lines = [
-            f"Out of memory at {where}: a request for {gib(o['size'])} was refused.",
-            f"  allocated          {gib(o['allocated']):>10}  (live tensors)",
-            f"  reserved           {gib(o['reserved']):>10}  (held from the device)",
-            f"  reserved but free  {gib(o['reserved_but_free']):>10}  (cached, in {self._free_block_count()} free blocks)",
-            f"  largest free block {gib(o['largest_free']):>10}",
-            f"  device free        {gib(free_device):>10}  of {gib(self.capacity)}"
-            + (f" ({gib(self.in_use_by_others)} held outside PyTorch)" if self.in_use_by_others else ""),
+            f"Out of memory at {where}: a request for {fmt_size(o['size'])} was refused.",
+            f"  allocated          {fmt_size(o['allocated']):>10}  (live tensors)",
+            f"  reserved           {fmt_size(o['reserved']):>10}  (held from the device)",
+            f"  reserved but free  {fmt_size(o['reserved_but_free']):>10}  (cached, in {self._free_block_count()} free blocks)",
+            f"  largest free block {fmt_size(o['largest_free']):>10}",
+            f"  device free        {fmt_size(free_device):>10}  of {fmt_size(self.capacity)}"
+            + (f" ({fmt_size(self.in_use_by_others)} held outside PyTorch)" if self.in_use_by_others else ""),
         ]
         if o["reserved_but_free"] >= o["size"] > o["largest_free"]:
             lines.append(
-                f"Fragmentation: {gib(o['reserved_but_free'])} are free inside reserved segments, more than the request, "
+                f"Fragmentation: {fmt_size(o['reserved_but_free'])} are free inside reserved segments, more than the request, "
                 f"but no free block is large enough, and the segments that hold them also hold live tensors, so they "
                 f"cannot be released. Try expandable_segments:True (free pages are unmapped and the range grows in place), "
                 f"or max_split_size_mb to stop large cached blocks from being split; with torchmem installed, "
@@ -184,13 +187,28 @@ class ReplayResult:
 
 
 def gib(n: int) -> str:
+    """'21.30 GiB' (always GiB); the commands print fmt_size()."""
     return f"{n / 2**30:.2f} GiB"
 
 
+def fmt_size(n: int | float) -> str:
+    """A size in the unit that fits it, two decimals: 512 -> '512 B', 3 << 20 -> '3.00 MiB', 21.3 GiB -> '21.30 GiB'."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(n):,} B" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{value:.2f} TiB"
+
+
 def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = False) -> int:
-    """Bytes from an int or a string like "80GiB"; ValueError if negative (or zero)."""
+    """Bytes from an int or a string with a unit like "80GiB" (2**30 bytes each) or "80GB" (10**9 bytes
+    each); "8" alone is refused (bytes? GiB?), "8B" is 8 bytes. ValueError if negative (or zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"{what} must be bytes or a string like '80GiB', not {type(value).__name__}")
+    if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit() and float(value) != 0:
+        raise ValueError(f"{what} {value.strip()!r} has no unit: write {value.strip()}GiB (2**30 bytes each), "
+                         f"{value.strip()}GB (10**9 bytes each) or {value.strip()}B (bytes)")
     n = value if isinstance(value, int) else _C.parse_size(value)
     if n < 0 or (n == 0 and not allow_zero):
         raise ValueError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
@@ -199,6 +217,26 @@ def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = Fal
 
 def parse_capacity(capacity: int | str) -> int:
     return parse_bytes(capacity, "capacity")
+
+
+_DECIMAL_UNITS = {"kb": ("KiB", 10**3, 2**10), "mb": ("MiB", 10**6, 2**20), "gb": ("GiB", 10**9, 2**30),
+                  "tb": ("TiB", 10**12, 2**40)}
+
+
+def size_reading(value: int | str) -> str:
+    """How a size given as text was read, for a size with a decimal unit: '80GB = 80,000,000,000 bytes
+    (74.51 GiB; GB is 10**9 bytes, 80GiB would be 85,899,345,920)'; '' for binary units and plain ints."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    number = text.rstrip("bBkKmMgGtT ")
+    unit = text[len(number):].strip().lower()
+    if unit not in _DECIMAL_UNITS:
+        return ""
+    binary, decimal_scale, binary_scale = _DECIMAL_UNITS[unit]
+    n = parse_bytes(text)
+    return (f"{text} = {n:,} bytes ({fmt_size(n)}; {unit.upper()} is {decimal_scale:,} bytes, "
+            f"{number}{binary} would be {int(float(number) * binary_scale):,})")
 
 
 def as_trace(trace: Trace | str | Iterable[dict], device: int | None = None, skip_bad_events: bool = False) -> Trace:
@@ -298,8 +336,8 @@ def replay(
             except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card
                 if "do not fit in the capacity" in str(exc):
                     raise ValueError(
-                        f"{trace.name}: the capacity ({gib(capacity)}) is smaller than the memory held when "
-                        f"recording began ({gib(trace.start.reserved + others)} with what others hold)") from None
+                        f"{trace.name}: the capacity ({fmt_size(capacity)}) is smaller than the memory held when "
+                        f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 segments += r.as_segments()
                 notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
         for seg in segments:
@@ -308,8 +346,8 @@ def replay(
             except ValueError as exc:
                 if "does not fit in the capacity" in str(exc):
                     raise ValueError(
-                        f"{trace.name}: the capacity ({gib(capacity)}) is smaller than the memory held when "
-                        f"recording began ({gib(trace.start.reserved + others)} with what others hold)") from None
+                        f"{trace.name}: the capacity ({fmt_size(capacity)}) is smaller than the memory held when "
+                        f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 raise TraceError(f"{trace.name}: start state: {exc}") from None
     start = time.perf_counter()
     for chunk in trace.chunks():
@@ -322,6 +360,7 @@ def replay(
         if replayer.stopped:
             break
     seconds = time.perf_counter() - start
+    unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
     stats = replayer.stats()
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
@@ -345,7 +384,9 @@ def replay(
         timeline=timeline,
         stats=stats,
         segments=replayer.segments(),
-        skipped=replayer.skipped,
+        skipped=replayer.skipped + unread,
+        skipped_detail=_skipped_detail(unread, getattr(trace, "first_skipped", ""), replayer.skipped,
+                                       "entries" if recorded is not None else "lines"),
         notes=notes,
         replayer=replayer,
         capacity_source=capacity_source,
@@ -372,6 +413,22 @@ def compare(
     if not confs:
         raise ValueError("compare needs at least one config")
     return [replay(trace, capacity, conf, **kwargs) for conf in confs]
+
+
+def _skipped_detail(unread: int, first: str, refused: int, kind: str) -> str:
+    """'3 bad events: 2 trace lines that could not be read (first: line 3: unknown op ...), 1 event refused
+    (a free of an id not live, or an alloc of a live id)'; '' when nothing was skipped."""
+    if not unread and not refused:
+        return ""
+    parts = []
+    if unread:
+        noun = {"lines": ("line", "lines"), "entries": ("entry", "entries")}[kind][unread != 1]
+        parts.append(f"{unread:,} trace {noun} that could not be used" + (f" (first: {first})" if first else ""))
+    if refused:
+        parts.append(f"{refused:,} event{'s' if refused != 1 else ''} refused (a free of an id that is not live, "
+                     "or an alloc of one that is)")
+    total = unread + refused
+    return f"{total:,} bad event{'s' if total != 1 else ''}: " + "; ".join(parts)
 
 
 def _downsample(timeline: np.ndarray, points: int) -> np.ndarray:

@@ -53,6 +53,7 @@ class RecordedRun:
     event_entries: Any = None                # numpy: the trace entry each replay event comes from
     capacity_from: str | None = None         # "oom" (reserved + device_free at the OOM) or "expandable" (capacity.py)
     peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
+    device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.snapshot_devices' rule
 
     def entry_of(self, event: int | None) -> int | None:
         """The trace entry of replay event `event`."""
@@ -134,15 +135,6 @@ def _conf_only_items(conf: Any) -> list[str]:
     return out
 
 
-def choose_device(traces: list) -> int:
-    """The device with an OOM, else the first with entries, else 0."""
-    with_entries = [d for d, t in enumerate(traces) if isinstance(t, list) and t]
-    for d in with_entries:
-        if any(isinstance(e, dict) and e.get("action") == "oom" for e in traces[d]):
-            return d
-    return with_entries[0] if with_entries else 0
-
-
 class _Columns:
     def __init__(self) -> None:
         self.ops: list[int] = []
@@ -208,6 +200,8 @@ class _Builder:
     def bad_entry(self, i: int, what: str) -> None:
         if not self.skip:
             raise TraceError(f"{self.where(i)}: {what}")
+        if not self.bad:
+            self.first_bad = f"trace entry {i:,}: {what}"
         self.bad += 1
 
     def mark_survived(self) -> None:
@@ -341,9 +335,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list):
         raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
-    if device is None:
-        device = choose_device(traces)
-    if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < max(1, len(traces)):
+    from torchmem.snapshot_devices import DeviceChoice, choose_device as device_rule, snapshot_devices
+
+    choice = device_rule(snapshot) if device is None else DeviceChoice(device, "given", len(snapshot_devices(snapshot)))
+    device = choice.device
+    if isinstance(device, bool) or not isinstance(device, int) or device not in (snapshot_devices(snapshot) or [0]):
         raise TraceError(f"{name}: no device {device!r} (the snapshot has {len(traces)})")
     entries = traces[device] if device < len(traces) else []
     if not isinstance(entries, list):
@@ -384,14 +380,14 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            capacity_from=capacity_from,
                            peak_reserved=start.reserved + b.reserved_peak,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
-                           event_entries=np.asarray(b.cols.entries, dtype=np.int64))
+                           event_entries=np.asarray(b.cols.entries, dtype=np.int64), device_choice=choice.describe())
     notes = []
     pooled = private_pool_segments(snapshot.get("segments"))
     if pooled:
         notes.append(f"{pooled} of the final segments belong to private pools (CUDA graphs or torch.cuda.MemPool, "
                      "segment_pool_id): they are replayed as the default pool, so placements in them may differ")
     if b.bad:
-        notes.append(f"skipped {b.bad} bad trace entries")
+        notes.append(f"skipped {b.bad} bad trace entries (first: {b.first_bad})")
     notes += start.notes
     cols = b.cols
 
@@ -401,4 +397,5 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     trace = Trace(name, factory, total=len(cols.ops), notes=notes)
     trace.start = start
     trace.recorded = recorded
+    trace.skipped_lines, trace.first_skipped = b.bad, getattr(b, "first_bad", "")  # as traces.load_jsonl's
     return trace

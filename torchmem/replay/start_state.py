@@ -83,9 +83,11 @@ class StartState:
         if not self.segments and not self.ranges:
             return "recording began with an empty allocator"
         ranges = f" and {len(self.ranges)} expandable ranges" if self.ranges else ""
+        from torchmem.replay.runner import fmt_size
+
         return (f"rebuilt the state when recording began: {len(self.segments)} segments{ranges}, "
-                f"{self.live_blocks} live blocks, {self.requested / 2**30:.2f} GiB requested in "
-                f"{self.reserved / 2**30:.2f} GiB reserved")
+                f"{self.live_blocks} live blocks, {fmt_size(self.requested)} requested in "
+                f"{fmt_size(self.reserved)} reserved")
 
 
 class _Ranges:

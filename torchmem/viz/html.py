@@ -13,7 +13,9 @@ from typing import Callable
 
 import numpy as np
 
+from torchmem.snapshot_devices import choose_device, device_segments
 from torchmem.viz.png import COLORS
+from torchmem.viz.ranks import user_frames
 from torchmem.viz.timeline import Timeline, timeline
 from torchmem.viz.totals import fmt_bytes, totals
 
@@ -121,10 +123,11 @@ def _timeline_svg(t: Timeline) -> str:
         y = py(v)
         parts.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#edf2f7"/>'
                      f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt_bytes(v))}</text>')
-    for v in _nice_ticks(xmax, units=(1,)):
-        anchor = "end" if px(v) > w - right - 20 else "middle"
-        parts.append(f'<text x="{px(v):.1f}" y="{h - 16}" text-anchor="{anchor}">{int(v):,}</text>')
-    parts.append(f'<text x="{(left + w) / 2:.0f}" y="{h - 2}" text-anchor="middle">event (allocator history entry)</text>')
+    for v in _nice_ticks(max(xmax - 1, 1.0), units=(1,)):  # labelled by trace entry: point v + 1 is after entry v
+        anchor = "end" if px(v + 1) > w - right - 20 else "middle"
+        parts.append(f'<text x="{px(v + 1):.1f}" y="{h - 16}" text-anchor="{anchor}">{int(v):,}</text>')
+    parts.append(f'<text x="{(left + w) / 2:.0f}" y="{h - 2}" text-anchor="middle">'
+                 "trace entry (index in the snapshot's device_traces)</text>")
     parts.append(f'<polygon points="{" ".join(upper + lower[::-1])}" fill="{COLORS["reserved"]}" fill-opacity="0.22">'
                  f'<title>reserved but not allocated: at most {_e(fmt_bytes(int((t.reserved - t.allocated).max())))}</title></polygon>')
     parts.append(f'<polyline points="{" ".join(upper)}" fill="none" stroke="{COLORS["reserved"]}" stroke-width="1.5"/>')
@@ -135,12 +138,12 @@ def _timeline_svg(t: Timeline) -> str:
         every = max(1, len(t.free_index) // 80)
         for i, v in zip(t.free_index[::every], t.largest_free[::every]):
             parts.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="3" fill="{COLORS["largest_free"]}" fill-opacity="0.35">'
-                         f'<title>event {int(i):,}: allocated {_e(fmt_bytes(int(t.allocated[i])))}, reserved '
+                         f'<title>{"when recording began" if i == 0 else f"after trace entry {int(i) - 1:,}"}: allocated {_e(fmt_bytes(int(t.allocated[i])))}, reserved '
                          f'{_e(fmt_bytes(int(t.reserved[i])))}, largest free block {_e(fmt_bytes(int(v)))}</title></circle>')
     for o in t.ooms:
         xo = px(o["index"])
         parts.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top}" y2="{h - bottom}" stroke="{COLORS["oom"]}" stroke-width="2">'
-                     f'<title>OOM at event {o["index"]:,}: {_e(fmt_bytes(o["size"]))} refused; {_e(fmt_bytes(o["reserved"]))} reserved, '
+                     f'<title>OOM at trace entry {o["entry"]:,}: {_e(fmt_bytes(o["size"]))} refused; {_e(fmt_bytes(o["reserved"]))} reserved, '
                      f'{_e(fmt_bytes(o["allocated"]))} allocated, {_e(fmt_bytes(o["device_free"]))} free on the device</title></line>'
                      f'<text x="{xo - 4:.1f}" y="{top + 12}" text-anchor="end" style="fill:{COLORS["oom"]};font-weight:600">'
                      f'OOM: {_e(fmt_bytes(o["size"]))} refused</text>')
@@ -148,8 +151,8 @@ def _timeline_svg(t: Timeline) -> str:
     return "".join(parts)
 
 
-def _segments_svg(snapshot: dict, ctx: dict) -> str:
-    segs = sorted(snapshot["segments"], key=lambda s: (-s["total_size"], s["address"]))[:MAX_SEGMENTS]
+def _segments_svg(segments: list[dict], ctx: dict) -> str:
+    segs = sorted(segments, key=lambda s: (-s["total_size"], s["address"]))[:MAX_SEGMENTS]
     row, w, left, right = 22, 1060, 150, 150
     h = row * len(segs) + 8
     parts = [f'<svg viewBox="0 0 {w} {h}" width="100%" role="img" aria-label="segments and their blocks">']
@@ -187,13 +190,15 @@ def _segments_svg(snapshot: dict, ctx: dict) -> str:
     return "".join(parts)
 
 
-def _sites_table(snapshot: dict, limit: int = 25) -> str:
+def _sites_table(segments: list[dict], limit: int = 25) -> str:
+    """Live bytes by allocation site: each block's stack from its site outwards, as `ranks` finds the site
+    (torchmem.viz.ranks.user_frames: torch's C++ unwinder, the caching allocator and library frames left out)."""
     sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for seg in snapshot["segments"]:
+    for seg in segments:
         for b in seg["blocks"]:
             if b["state"] == "inactive":
                 continue
-            frames = b.get("frames") or []
+            frames = user_frames(b.get("frames") or [])
             key = _frames_text(frames, 4) if frames else "(no stack recorded)"
             sites[key][0] += b.get("requested_size", b["size"])
             sites[key][1] += 1
@@ -202,16 +207,19 @@ def _sites_table(snapshot: dict, limit: int = 25) -> str:
     rows = sorted(sites.items(), key=lambda kv: -kv[1][0])[:limit]
     body = "".join(f'<tr><td class="n">{_e(fmt_bytes(n))}</td><td class="n">{c:,}</td><td><code>{_e(k).replace(chr(10), "<br>")}</code></td></tr>'
                    for k, (n, c) in rows)
-    return f'<table><tr><th>bytes</th><th>blocks</th><th>where allocated (innermost frame first)</th></tr>{body}</table>'
+    return f'<table><tr><th>bytes</th><th>blocks</th><th>where allocated (the allocation site first, then its callers)</th></tr>{body}</table>'
 
 
 def render_html(snapshot: dict, title: str = "memory snapshot", device: int | None = None,
                 progress: Callable[[int], None] | None = None) -> str:
-    """The page as a string."""
-    tot = totals(snapshot)
+    """The page as a string: one device of the snapshot (`device`, else the one with the OOM, else the one
+    with the most history: torchmem.snapshot_devices)."""
+    choice = choose_device(snapshot, device)
+    segments = device_segments(snapshot, choice.device)
+    tot = totals({"segments": segments})
     traces = snapshot.get("device_traces") or []
-    has_history = any(traces)
-    t = timeline(snapshot, device, progress=progress) if has_history else None
+    has_history = choice.device < len(traces) and bool(traces[choice.device])
+    t = timeline(snapshot, choice.device, progress=progress) if has_history else None
     ooms = t.ooms if t else []
     settings = snapshot.get("allocator_settings") or {}
 
@@ -229,8 +237,11 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
         cards.append(card("out of memory", f"{len(ooms)} OOM", bad=True))
     ctx = {"truncated": 0}
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{_e(title)}</title>", f"<style>{CSS}</style></head><body>",
            f"<h1>{_e(title)}</h1>",
+           f'<p class="sub" id="device">{_e(choice.describe()[0].upper() + choice.describe()[1:])}'
+           f'{"; others with torchmem viz --device N" if choice.devices > 1 else ""}.</p>',
            f'<p class="sub">{_e(_settings_text(settings) or "PyTorch memory snapshot")}</p>',
            f'<div class="cards">{"".join(cards)}</div>',
            f'<p class="note">allocated + free internal + free external = reserved '
@@ -250,16 +261,16 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     out.append(f"<h2>Segments (the {min(MAX_SEGMENTS, tot['segments'])} largest of {tot['segments']:,})</h2>")
     out.append(_legend([("allocated", COLORS["requested"]), ("rounding (free internal)", COLORS["rounding"]),
                         ("free pending", COLORS["active_pending_free"]), ("free (external)", COLORS["inactive"])]))
-    out.append(_segments_svg(snapshot, ctx) if snapshot["segments"] else '<p class="note">No segments.</p>')
+    out.append(_segments_svg(segments, ctx) if segments else '<p class="note">No segments.</p>')
     out.append('<p class="note">Each row is one segment scaled to its own size; hover a block for its size and stack.'
                + (f" {ctx['truncated']} segments have more blocks than drawn (the largest are shown)." if ctx["truncated"] else "")
                + "</p>")
     out.append("<h2>Live memory by allocation site</h2>")
-    out.append(_sites_table(snapshot))
+    out.append(_sites_table(segments))
     if ooms:
-        out.append("<h2>Out-of-memory events</h2><table><tr><th>event</th><th>requested</th><th>allocated</th>"
+        out.append('<h2 id="ooms">Out-of-memory events</h2><table><tr><th>trace entry</th><th>requested</th><th>allocated</th>'
                    "<th>reserved</th><th>free on the device</th></tr>")
-        out.extend(f'<tr><td class="n">{o["index"]:,}</td><td class="n">{_e(fmt_bytes(o["size"]))}</td>'
+        out.extend(f'<tr><td class="n">{o["entry"]:,}</td><td class="n">{_e(fmt_bytes(o["size"]))}</td>'
                    f'<td class="n">{_e(fmt_bytes(o["allocated"]))}</td><td class="n">{_e(fmt_bytes(o["reserved"]))}</td>'
                    f'<td class="n">{_e(fmt_bytes(o["device_free"]))}</td></tr>' for o in ooms)
         out.append("</table>")

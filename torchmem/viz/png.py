@@ -51,7 +51,8 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
         x_free = x_all[t.free_index]
         xlabel = "seconds since the first recorded event"
     else:
-        x_all, x_free, xlabel = t.index, t.free_index, "event (allocator history entry)"
+        x_all, x_free = t.entry, t.free_index - 1
+        xlabel = "trace entry (index in the snapshot's device_traces; -1: when recording began)"
     fig, ax = plt.subplots(figsize=(11, 4.6))
     alloc, resv = t.allocated / scale, t.reserved / scale
     ax.fill_between(x_all, alloc, resv, step="post", color=COLORS["reserved"], alpha=0.22, lw=0,
@@ -64,7 +65,7 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     for o in t.ooms:
         xo = x_all[o["index"]]
         ax.axvline(xo, color=COLORS["oom"], lw=1.3)
-        ax.annotate(f"OOM: {fmt_bytes(o['size'])} refused\n{fmt_bytes(o['reserved'])} reserved, "
+        ax.annotate(f"OOM at trace entry {o['entry']:,}: {fmt_bytes(o['size'])} refused\n{fmt_bytes(o['reserved'])} reserved, "
                     f"{fmt_bytes(o['allocated'])} allocated\n{fmt_bytes(o['device_free'])} free on the device",
                     xy=(xo, top * 0.98), xytext=(-6, 0), textcoords="offset points", ha="right", va="top",
                     color=COLORS["oom"], fontsize=8.5,
@@ -83,7 +84,7 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     ax.set_xlabel(xlabel)
     ax.grid(alpha=0.25)
     ax.legend(loc="upper left", fontsize=8.5, ncol=2, framealpha=0.9)
-    heading = title or "memory over the recorded history"
+    heading = (title or "memory over the recorded history") + (f", {t.device_choice}" if t.device_choice else "")
     ax.set_title(f"{heading}\npeak allocated {fmt_bytes(int(t.allocated.max()))}, peak reserved "
                  f"{fmt_bytes(int(t.reserved.max()))}, most reserved but unallocated {fmt_bytes(peak_gap)}; {t.events:,} events"
                  + (f"; {len(t.ooms)} OOM" if t.ooms else ""), fontsize=10, loc="left")
@@ -93,14 +94,19 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     return t
 
 
-def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_segments: int = 40) -> dict:
-    """A map of the segments: one row each (largest first), blocks coloured by state."""
+def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_segments: int = 40,
+                  device: int | None = None) -> dict:
+    """A map of one device's segments (torchmem.snapshot_devices' rule): one row each (largest first),
+    blocks coloured by state. Returns the totals, with "device" and "device_choice"."""
+    from torchmem.snapshot_devices import choose_device, device_segments
+
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    segs = sorted(snapshot["segments"], key=lambda s: (-s["total_size"], s["address"]))
+    choice = choose_device(snapshot, device)
+    segs = sorted(device_segments(snapshot, choice.device), key=lambda s: (-s["total_size"], s["address"]))
     shown, hidden = segs[:max_segments], segs[max_segments:]
-    tot = totals(snapshot)
+    tot = totals({"segments": segs})
     rows = max(len(shown), 1)
     fig, ax = plt.subplots(figsize=(11, 1.6 + 0.32 * rows))
     for row, seg in enumerate(shown):
@@ -138,11 +144,11 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
     ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
     more = (f"; {len(hidden)} smaller segments ({fmt_bytes(sum(s['total_size'] for s in hidden))}) not shown"
             if hidden else "")
-    fig.suptitle(f"{title or 'segments'}\n{tot['segments']} segment{'s' if tot['segments'] != 1 else ''}, {fmt_bytes(tot['reserved'])} reserved, "
+    fig.suptitle(f"{title or 'segments'}, {choice.describe()}\n{tot['segments']} segment{'s' if tot['segments'] != 1 else ''}, {fmt_bytes(tot['reserved'])} reserved, "
                  f"{fmt_bytes(tot['allocated'])} allocated, {fmt_bytes(tot['free_external'])} free in blocks "
                  f"(largest {fmt_bytes(tot['largest_free_block'])}){more}", fontsize=9.5, x=0.01, ha="left")
     fig.subplots_adjust(left=0.16, right=0.84, top=1 - 0.95 / (1.6 + 0.32 * rows) - 0.02,
                         bottom=0.55 / (1.6 + 0.32 * rows) + 0.02)
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return tot
+    return dict(tot, device=choice.device, device_choice=choice.describe())

@@ -6,8 +6,8 @@ torchmem's with the ``torchmem_oom`` key dump_on_oom() adds):
 - ``allocated``, ``reserved``, ``reserved_but_free`` (free blocks inside
   segments: reserved minus allocated blocks) and ``largest_free_block``,
   counted as torch.cuda._memory_viz counts them (see totals.py), over the
-  device the row describes: the one with an ``oom`` entry, else the first
-  with trace entries, else device 0;
+  device the row describes: the one given, else the one with an ``oom``
+  entry, else the one with the most trace entries (torchmem.snapshot_devices);
 - ``oom``: the last ``oom`` entry of that device's trace (request, the
   device's free bytes, its time, its place in the trace), or None;
 - ``top_sites``: the allocation sites holding the most bytes in live
@@ -29,16 +29,6 @@ from torchmem.viz.totals import fmt_bytes, totals
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _LIBRARY_DIRS = {"site-packages", "dist-packages", "torch"}
-
-
-def oom_device(snapshot: dict) -> int:
-    """The device with an OOM entry, else the first with entries, else 0."""
-    traces = snapshot.get("device_traces") or []
-    with_entries = [d for d, t in enumerate(traces) if t]
-    for d in with_entries:
-        if any(e.get("action") == "oom" for e in traces[d]):
-            return d
-    return with_entries[0] if with_entries else 0
 
 
 def is_library_frame(filename: str) -> bool:
@@ -70,6 +60,15 @@ def site_of(frames: list[dict]) -> dict | None:
         if str(f.get("filename", "")).endswith(".py"):
             return f  # all in libraries: the innermost Python frame
     return frames[0]
+
+
+def user_frames(frames: list[dict]) -> list[dict]:
+    """The stack from its allocation site (site_of) outwards: the frames below it (torch's C++ unwinder,
+    the caching allocator, library code) left out. `viz` lists these and `ranks` names their first."""
+    site = site_of(frames)
+    if site is None:
+        return []
+    return frames[next(i for i, f in enumerate(frames) if f is site):]
 
 
 def site_label(frame: dict | None) -> str:
@@ -106,9 +105,12 @@ def rank_of(snapshot: dict, path: str, position: int) -> tuple[int, str]:
     return position, "position"
 
 
-def rank_row(snapshot: dict, path: str, position: int = 0, top: int = 5) -> dict[str, Any]:
-    """One row of the table (see the module docstring)."""
-    device = oom_device(snapshot)
+def rank_row(snapshot: dict, path: str, position: int = 0, top: int = 5, device: int | None = None) -> dict[str, Any]:
+    """One row of the table (see the module docstring); `device` as every command picks it (torchmem.snapshot_devices)."""
+    from torchmem.snapshot_devices import choose_device
+
+    choice = choose_device(snapshot, device, path)
+    device = choice.device
     segments = [s for s in snapshot.get("segments", []) if s.get("device", device) == device]
     t = totals({"segments": segments})
     traces = snapshot.get("device_traces") or []
@@ -122,7 +124,7 @@ def rank_row(snapshot: dict, path: str, position: int = 0, top: int = 5) -> dict
             break
     rank, source = rank_of(snapshot, path, position)
     return {
-        "rank": rank, "rank_from": source, "file": path, "device": device,
+        "rank": rank, "rank_from": source, "file": path, "device": device, "device_choice": choice.describe(),
         "allocated": t["allocated"], "reserved": t["reserved"], "reserved_but_free": t["free_external"],
         "largest_free_block": t["largest_free_block"], "oom": oom, "top_sites": top_sites(segments, top),
     }
@@ -133,24 +135,24 @@ def _when(oom: dict) -> str:
     us = oom.get("time_us")
     if isinstance(us, (int, float)) and us > 10**15:  # microseconds since the epoch, as PyTorch records
         parts.append(datetime.datetime.fromtimestamp(us / 1e6).strftime("%Y-%m-%d %H:%M:%S"))
-    parts.append(f"entry {oom['entry'] + 1:,}/{oom['entries']:,}")
+    parts.append(f"trace entry {oom['entry']:,} of {oom['entries']:,}")
     return ", ".join(parts)
 
 
 def format_rows(rows: list[dict]) -> str:
     """The rows as one aligned table, then each rank's top sites."""
-    header = ["rank", "allocated", "reserved", "reserved but free", "largest free", "OOM request", "OOM when",
+    header = ["rank", "device", "allocated", "reserved", "reserved but free", "largest free", "OOM request", "OOM when",
               "top site (bytes live)"]
     table = []
     for r in rows:
         oom = r["oom"]
         first = r["top_sites"][0] if r["top_sites"] else None
-        table.append([str(r["rank"]), fmt_bytes(r["allocated"]), fmt_bytes(r["reserved"]),
+        table.append([str(r["rank"]), str(r["device"]), fmt_bytes(r["allocated"]), fmt_bytes(r["reserved"]),
                       fmt_bytes(r["reserved_but_free"]), fmt_bytes(r["largest_free_block"]),
                       fmt_bytes(oom["size"]) if oom else "-", _when(oom) if oom else "-",
                       f"{first['site']} ({fmt_bytes(first['bytes'])})" if first else "-"])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
-    right = {0, 1, 2, 3, 4, 5}
+    right = {0, 1, 2, 3, 4, 5, 6}
 
     def line(cells: list[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
@@ -164,7 +166,8 @@ def format_rows(rows: list[dict]) -> str:
         if not r["top_sites"]:
             continue
         out.append("")
-        out.append(f"rank {r['rank']} ({r['file']}): top allocation sites by bytes live at the end")
+        out.append(f"rank {r['rank']} ({r['file']}, {r.get('device_choice') or 'device ' + str(r['device'])}): "
+                   "top allocation sites by bytes live at the end")
         for s in r["top_sites"]:
             out.append(f"  {fmt_bytes(s['bytes']):>10}  {s['blocks']:>6,} block{'s' if s['blocks'] != 1 else ' '}  {s['site']}")
     for r in ooms:

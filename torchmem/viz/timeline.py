@@ -34,23 +34,27 @@ class Timeline:
 
     device: int
     events: int
-    index: np.ndarray        # event index of each point (0 = state before the first event)
+    index: np.ndarray        # point i: the state after trace entry i - 1 (0: before the first entry)
     time_us: np.ndarray      # time of each point
     allocated: np.ndarray    # bytes requested by live allocations after each event
     reserved: np.ndarray     # bytes of mapped segments after each event
     free_index: np.ndarray   # events at which the largest free block was sampled
     largest_free: np.ndarray
-    ooms: list[dict] = field(default_factory=list)  # {"index", "time_us", "size", "device_free", "allocated", "reserved"}
+    ooms: list[dict] = field(default_factory=list)  # {"entry", "index", "time_us", "size", "device_free", "allocated", "reserved"}
     notes: list[str] = field(default_factory=list)
+    device_choice: str = ""  # "device 0 (the one with the OOM)" (torchmem.snapshot_devices)
+
+    @property
+    def entry(self) -> np.ndarray:
+        """The trace entry of each point (-1: when recording began), as every command numbers entries."""
+        return self.index - 1
 
 
 def pick_device(snapshot: dict, device: int | None = None) -> int:
-    traces = snapshot.get("device_traces") or []
-    if device is None:
-        return max(range(len(traces)), key=lambda d: len(traces[d]), default=0)
-    if not 0 <= device < max(len(traces), 1):
-        raise ValueError(f"no device {device} in the snapshot (it has {len(traces)})")
-    return device
+    """`device`, checked, else the device with the OOM, else the one with the most history (torchmem.snapshot_devices)."""
+    from torchmem.snapshot_devices import choose_device
+
+    return choose_device(snapshot, device).device
 
 
 def _round(size: int) -> int:
@@ -59,8 +63,11 @@ def _round(size: int) -> int:
 
 def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
              progress: Callable[[int], None] | None = None) -> Timeline:
-    """The series of `device` (default: the one with the longest history)."""
-    device = pick_device(snapshot, device)
+    """The series of `device` (default: the one with the OOM, else the longest history)."""
+    from torchmem.snapshot_devices import choose_device
+
+    choice = choose_device(snapshot, device)
+    device = choice.device
     traces = snapshot.get("device_traces") or [[]]
     entries = traces[device] if device < len(traces) else []
     segments = [s for s in snapshot["segments"] if s.get("device", device) == device]
@@ -82,7 +89,7 @@ def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
         d_resv[i] = r * e["size"]
         times[i] = e.get("time_us", 0)
         if e["action"] == "oom":
-            ooms.append({"index": i, "time_us": times[i], "size": e["size"], "device_free": e.get("device_free", e.get("addr", 0))})
+            ooms.append({"entry": i - 1, "index": i, "time_us": times[i], "size": e["size"], "device_free": e.get("device_free", e.get("addr", 0))})
     times[0] = times[1] if n else 0
     allocated = end_allocated - (d_alloc.sum() - np.cumsum(d_alloc))
     reserved = end_reserved - (d_resv.sum() - np.cumsum(d_resv))
@@ -93,7 +100,8 @@ def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
         o["reserved"] = int(reserved[o["index"]])
 
     free_index, largest = _largest_free_series(entries, segments, samples, progress)
-    return Timeline(device, n, np.arange(n + 1), times, allocated, reserved, free_index, largest, ooms, notes)
+    return Timeline(device, n, np.arange(n + 1), times, allocated, reserved, free_index, largest, ooms, notes,
+                    choice.describe())
 
 
 class _Ranges:
