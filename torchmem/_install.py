@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch  # loads libc10 before the extension
 
@@ -51,7 +52,10 @@ def install(kind: str = "caching", conf: str | None = None,
             path, "oom_rank{rank}_pid{pid}.pickle"). See torchmem.oom.
 
     Installing again with another config starts a fresh caching allocator;
-    tensors made by the old one are still freed correctly.
+    tensors made by the old one are still freed correctly, but leave the
+    figures (a warning says how many bytes). On the CPU,
+    PYTORCH_CUDA_ALLOC_CONF is not read (a warning says so when it is set
+    and neither `conf` nor TORCHMEM_ALLOC_CONF is).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -61,6 +65,7 @@ def install(kind: str = "caching", conf: str | None = None,
         from torchmem.oom.files import check_template
 
         check_template(dump_on_oom)  # a bad template is refused before anything is installed
+    conf_given = conf
     given = given_conf(conf)
     conf = resolve_conf(given)
     if torch.cuda.is_available():
@@ -70,7 +75,20 @@ def install(kind: str = "caching", conf: str | None = None,
     else:
         from torchmem.cpu_settings import with_cpu_defaults
 
+        if conf_given is None and not os.environ.get(ENV_CONF) and os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
+            warnings.warn(f"torchmem.install(): PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']} is "
+                          f"not applied: it configures PyTorch's CUDA allocator, and on the CPU torchmem reads "
+                          f"{ENV_CONF} or install(conf=...); the CPU allocator runs with torchmem's defaults",
+                          stacklevel=2)
+        previous = _C.cpu_caching_allocator() if _C.cpu_installed() else None
+        live_before = previous.stats()["allocated_bytes"]["all"]["current"] if previous is not None else 0
         _C.cpu_install(with_cpu_defaults(given))  # the keys as given: a native value overrides a CPU default
+        now = _C.cpu_caching_allocator()
+        if live_before and now is not None and now.stats()["allocated_bytes"]["all"]["current"] < live_before:
+            warnings.warn(f"torchmem.install(): installed again with other settings, so a fresh caching allocator "
+                          f"serves new tensors; the {live_before:,} bytes of tensors made before stay with the previous "
+                          f"one (they are freed correctly) and are left out of memory_stats(), memory_allocated() and "
+                          f"memory_summary() from now on", stacklevel=2)
     from torchmem.oom import dump
 
     dump.after_install()

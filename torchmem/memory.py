@@ -7,6 +7,7 @@ counts bytes in live tensors, ``reserved`` the bytes held from the device
 """
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from typing import Any
 
@@ -48,34 +49,52 @@ def flatten_stats(nested: dict) -> "OrderedDict[str, int]":
     return OrderedDict(sorted(flat.items()))
 
 
+class NotInstalledWarning(UserWarning):
+    """A statistic was asked for before torchmem.install(): it describes no allocator."""
+
+
+def _warn_not_installed(what: str, stacklevel: int) -> None:
+    warnings.warn(f"torchmem.{what}: torchmem is not installed, so there are no figures "
+                  f"({'an empty dict' if what == 'memory_stats()' else '0'} returned); call torchmem.install() first",
+                  NotInstalledWarning, stacklevel=stacklevel + 1)
+
+
 def memory_stats(device: Any = None) -> "OrderedDict[str, int]":
-    """All statistics, under the keys of torch.cuda.memory_stats(); empty before install()."""
+    """All statistics, under the keys of torch.cuda.memory_stats(); before install(), an empty dict and a
+    NotInstalledWarning."""
     allocator = caching_allocator(device)
-    return flatten_stats(allocator.stats()) if allocator else OrderedDict()
+    if allocator is None:
+        _warn_not_installed("memory_stats()", 2)
+        return OrderedDict()
+    return flatten_stats(allocator.stats())
 
 
-def _stat(key: str, device: Any) -> int:
-    return int(memory_stats(device).get(key, 0))
+def _stat(key: str, device: Any, what: str) -> int:
+    allocator = caching_allocator(device)
+    if allocator is None:
+        _warn_not_installed(f"{what}()", 3)
+        return 0
+    return int(flatten_stats(allocator.stats()).get(key, 0))
 
 
 def memory_allocated(device: Any = None) -> int:
     """Bytes in live allocations."""
-    return _stat("allocated_bytes.all.current", device)
+    return _stat("allocated_bytes.all.current", device, "memory_allocated")
 
 
 def max_memory_allocated(device: Any = None) -> int:
     """Peak of memory_allocated() since start or reset_peak_memory_stats()."""
-    return _stat("allocated_bytes.all.peak", device)
+    return _stat("allocated_bytes.all.peak", device, "max_memory_allocated")
 
 
 def memory_reserved(device: Any = None) -> int:
     """Bytes held from the device: allocated plus cached."""
-    return _stat("reserved_bytes.all.current", device)
+    return _stat("reserved_bytes.all.current", device, "memory_reserved")
 
 
 def max_memory_reserved(device: Any = None) -> int:
     """Peak of memory_reserved() since start or reset_peak_memory_stats()."""
-    return _stat("reserved_bytes.all.peak", device)
+    return _stat("reserved_bytes.all.peak", device, "max_memory_reserved")
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
