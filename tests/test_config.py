@@ -9,6 +9,7 @@ rejects, torchmem rejects, with a message that names the key and what it
 takes. test_grammar_agrees_with_the_installed_pytorch runs c10's own parser on
 the same strings. Where torchmem knowingly differs, the case says "torchmem:".
 """
+import json
 import os
 import re
 import shutil
@@ -391,3 +392,25 @@ def test_cuda_parser_keys_as_pytorch_2_14(conf, accepted):
     else:
         with pytest.raises(ValueError, match=f"unknown key '{conf.split(':')[0]}'"):
             _C.parse_config(conf)
+
+
+def test_a_cpu_install_names_the_pytorch_variable_it_does_not_apply():
+    """install() on the CPU reads TORCHMEM_ALLOC_CONF; PyTorch's variable (either name, PyTorch's order) is named."""
+    from conftest import run_python
+
+    code = """
+        import json, warnings, torchmem
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torchmem.install()
+        print(json.dumps([str(w.message) for w in caught if "is not applied" in str(w.message)]))
+    """
+    base = {"TORCHMEM_ALLOC_CONF": "", "PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": ""}
+    cases = [({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "PYTORCH_ALLOC_CONF=expandable_segments:True"),
+             ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_ALLOC_CONF": "expandable_segments:True"},
+              "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64")]
+    for env, named in cases:
+        full = {k: v for k, v in {**base, **env}.items() if v}
+        proc = run_python(code, env=full, timeout=120)
+        [message] = json.loads(proc.stdout.splitlines()[-1])
+        assert message.startswith(f"torchmem.install(): {named} is not applied"), message

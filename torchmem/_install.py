@@ -75,11 +75,14 @@ def install(kind: str = "caching", conf: str | None = None,
     else:
         from torchmem.cpu_settings import with_cpu_defaults
 
-        if conf_given is None and not os.environ.get(ENV_CONF) and os.environ.get("PYTORCH_CUDA_ALLOC_CONF"):
-            warnings.warn(f"torchmem.install(): PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']} is "
-                          f"not applied: it configures PyTorch's CUDA allocator, and on the CPU torchmem reads "
-                          f"{ENV_CONF} or install(conf=...); the CPU allocator runs with torchmem's defaults",
-                          stacklevel=2)
+        from torchmem.pytorch_env import pytorch_conf
+
+        pytorch_setting = pytorch_conf()  # PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF, as PyTorch reads them
+        if conf_given is None and not os.environ.get(ENV_CONF) and pytorch_setting and pytorch_setting[1]:
+            name, value = pytorch_setting
+            warnings.warn(f"torchmem.install(): {name}={value} is not applied: it configures PyTorch's own "
+                          f"allocator, and on the CPU torchmem reads {ENV_CONF} or install(conf=...); the CPU "
+                          "allocator runs with torchmem's defaults", stacklevel=2)
         previous = _C.cpu_caching_allocator() if _C.cpu_installed() else None
         live_before = previous.stats()["allocated_bytes"]["all"]["current"] if previous is not None else 0
         _C.cpu_install(with_cpu_defaults(given))  # the keys as given: a native value overrides a CPU default
