@@ -162,7 +162,8 @@ def main() -> None:
     stage_counts = tuple(int(k) for k in args.stages.split(",") if k.strip())
     if stage_counts:
         costs = measure_seconds(gm, *bert_inputs(args.batch, args.seq), runs=args.timing_runs)
-        print(f"\nAs a pipeline (node times: median of {args.timing_runs} run(s) on this machine):\n")
+        print(f"\nAs a pipeline (node times: median of {args.timing_runs} run(s) on this machine; the stages are cut "
+              "to balance them, so another run can cut elsewhere and print other figures):\n")
         print("\n".join(pipeline_table(analysis, costs, stage_counts, args.in_flight, args.time_limit)))
 
 
