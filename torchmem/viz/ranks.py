@@ -166,7 +166,7 @@ def format_rows(rows: list[dict]) -> str:
         if not r["top_sites"]:
             continue
         out.append("")
-        out.append(f"rank {r['rank']} ({r['file']}, {r.get('device_choice') or 'device ' + str(r['device'])}): "
+        out.append(f"rank {r['rank']} ({r['file']}), {r.get('device_choice') or 'device ' + str(r['device'])}: "
                    "top allocation sites by bytes live at the end")
         for s in r["top_sites"]:
             out.append(f"  {fmt_bytes(s['bytes']):>10}  {s['blocks']:>6,} block{'s' if s['blocks'] != 1 else ' '}  {s['site']}")
