@@ -20,7 +20,8 @@ def register(subparsers) -> None:
         "at the snapshot's capacity.",
     )
     p.add_argument("trace", help=f"the trace: {TRACE_FORMATS}")
-    p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device of a snapshot (default: the one with an OOM, else the one with the most history)")
     p.add_argument("--capacity", default=None, type=arguments.size("--capacity"),
                    help="reference capacity with a unit: 80GiB (2**30 bytes each) or 80GB (10**9 bytes each) "
                         "(default: the snapshot's, else 80GiB)")

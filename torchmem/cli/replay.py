@@ -27,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--compare", nargs="+", metavar="CONF", default=None, type=arguments.conf,
                    help="also replay under these configs ('' = PyTorch's defaults; policy:stitch = torchmem's "
                         "least-memory policy, docs/stitch.md)")
-    p.add_argument("--device", type=int, default=None, help="device of a snapshot (default: the one with an OOM, else the first with events)")
+    p.add_argument("--device", type=int, default=None,
+                   help="device of a snapshot (default: the one with an OOM, else the one with the most history)")
     p.add_argument("--skip-bad-events", action="store_true", help="skip bad events with a counted warning instead of failing")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list with --compare)")
     p.add_argument("--plot", metavar="FILE.png", help="draw allocated and reserved over the trace")

@@ -285,7 +285,7 @@ def replay(
         conf: allocator config, e.g. "expandable_segments:True". Default: a
             snapshot's recorded allocator_settings, else PyTorch's defaults.
         device: which device of a snapshot (default: the one with an OOM,
-            else the first with events).
+            else the one with the most history: torchmem.snapshot_devices).
         skip_bad_events: skip (and count) bad events instead of raising.
         progress: called with the number of events done after each chunk.
         history: keep this many history entries (for snapshots of the replay).
