@@ -1,0 +1,81 @@
+"""`torchmem advise` says what it means: one line under the table defines
+its columns, and the verdict agrees with the table it follows. Run on the
+figures of two real GPU snapshots (tests/data/native), through the command
+line; each claim of the verdict is checked against the table's own rows."""
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NATIVE = os.path.join(ROOT, "tests", "data", "native")
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+ROW = re.compile(r"^  (\S.*?)\s+needs\s+([\d.,]+ \w+|not within reach), peak reserved\s+([\d.,]+ \w+); at .*: (completes|OOM)$")
+
+
+def size(text: str) -> float:
+    number, unit = text.split()
+    return float(number.replace(",", "")) * UNITS[unit]
+
+
+def advise(fixture: str, tmp_path, *args: str) -> list[str]:
+    path = tmp_path / fixture.replace(".json.gz", ".json")
+    path.write_bytes(gzip.decompress(open(os.path.join(NATIVE, fixture), "rb").read()))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "torchmem", "advise", str(path), "--no-progress", *args],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def rows_of(lines: list[str]) -> list[tuple[str, float | None, float]]:
+    out = []
+    for line in lines:
+        m = ROW.match(line)
+        if m:
+            need = None if m.group(2) == "not within reach" else size(m.group(2))
+            out.append((m.group(1), need, size(m.group(3))))
+    return out
+
+
+def test_the_columns_are_defined_under_the_table(tmp_path):
+    lines = advise("nesta_gitu.json.gz", tmp_path)
+    table_end = max(i for i, line in enumerate(lines) if ROW.match(line))
+    legend = lines[table_end + 1]
+    assert legend.strip().startswith("needs: the least device memory") and "peak reserved: the most" in legend
+
+
+def test_a_first_row_of_torchmems_policy_does_not_contradict_the_verdict(tmp_path):
+    lines = advise("nesta_gitu.json.gz", tmp_path)
+    rows = rows_of(lines)
+    first, own = rows[0], next(r for r in rows if "[the run's]" in r[0])
+    assert first[0].startswith("policy:stitch") and first[1] < own[1]  # the first row needs less than the run's own
+    native = [r for r in rows if "[torchmem]" not in r[0]]
+    assert min(r[1] for r in native if r[1] is not None) == own[1]  # ... but no PyTorch setting does
+    text = "\n".join(lines)
+    assert "No setting tried needs less" not in text
+    assert "No PyTorch setting tried needs less memory than the run's own setting" in text
+    assert re.search(r"TORCHMEM_ALLOC_CONF=policy:stitch needs [\d.]+ \w+, [\d.]+ \w+ less than the best PyTorch setting", text)
+
+
+def test_a_best_setting_that_reserves_more_says_why(tmp_path):
+    lines = advise("hugepandacoder.json.gz", tmp_path)
+    rows = rows_of(lines)
+    text = "\n".join(lines)
+    m = re.search(r"Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF=(\S+) needs ([\d.]+ \w+)", text)
+    assert m
+    best = next(r for r in rows if r[0] == m.group(1))
+    own = next(r for r in rows if "[the run's]" in r[0])
+    assert best[1] == size(m.group(2)) and best[1] < own[1]  # the verdict names the table's best PyTorch row
+    if best[2] > own[2]:  # it reserves more on the large card than the run's own setting: a word of why
+        why = next(line for line in lines if line.strip().startswith("Its peak reserved"))
+        quoted = re.search(r"Its peak reserved \(([\d.]+ \w+)\) is above .*'s \(([\d.]+ \w+)\)", why)
+        assert quoted and (size(quoted.group(1)), size(quoted.group(2))) == (best[2], own[2])  # the table's figures
+        assert "release its cache" in why and m.group(2) in why
+    else:
+        pytest.fail("expected this snapshot's best PyTorch setting to reserve more than the default on 80 GiB")
