@@ -190,6 +190,7 @@ class _Builder:
         self.unsurvived: list[int] = []  # positions of FAILED_ALLOC ops with no alloc after them yet
         self.empty_cache_calls = 0
         self.bad = 0
+        self.first_bad = ""                        # the first bad entry skipped, in words
         self.max_address = 0
         self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
         self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
@@ -251,6 +252,8 @@ class _Builder:
         except TraceError as exc:
             if not self.skip:
                 raise
+            if not self.bad:
+                self.first_bad = str(exc).removeprefix(f"{self.name}: ")
             self.bad += 1
             del exc
 
@@ -387,7 +390,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         notes.append(f"{pooled} of the final segments belong to private pools (CUDA graphs or torch.cuda.MemPool, "
                      "segment_pool_id): they are replayed as the default pool, so placements in them may differ")
     if b.bad:
-        notes.append(f"skipped {b.bad} bad trace entries (first: {b.first_bad})")
+        notes.append(f"skipped {b.bad} bad trace entries" + (f" (first: {b.first_bad})" if b.first_bad else ""))
     notes += start.notes
     cols = b.cols
 
@@ -397,5 +400,5 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     trace = Trace(name, factory, total=len(cols.ops), notes=notes)
     trace.start = start
     trace.recorded = recorded
-    trace.skipped_lines, trace.first_skipped = b.bad, getattr(b, "first_bad", "")  # as traces.load_jsonl's
+    trace.skipped_lines, trace.first_skipped = b.bad, b.first_bad  # as traces.load_jsonl's
     return trace
