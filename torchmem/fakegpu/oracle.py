@@ -242,10 +242,12 @@ def problem_kind(problem: str) -> str:
     return problem.split()[0]
 
 
-def shrink(workload: Workload, rounds: int = 12, kind: str | None = None) -> Workload:
+def shrink(workload: Workload, rounds: int = 12, kind: str | None = None,
+           keep: Callable[[Workload, list[str]], bool] | None = None) -> Workload:
     """A shorter workload that still diverges (delta debugging over its ops).
 
-    With `kind` (see problem_kind), only candidates with a problem of that kind count.
+    With `kind` (see problem_kind), only candidates with a problem of that kind
+    count; with `keep`, only those for which keep(candidate, problems) holds.
     """
     current = workload
     chunks = 2
@@ -257,7 +259,8 @@ def shrink(workload: Workload, rounds: int = 12, kind: str | None = None) -> Wor
         candidates = [_without(current, s, s + size) for s in range(0, n, size)]
         results = check(candidates)
         failing = [c for c, problems in zip(candidates, results)
-                   if problems and (kind is None or any(problem_kind(p) == kind for p in problems))]
+                   if problems and (kind is None or any(problem_kind(p) == kind for p in problems))
+                   and (keep is None or keep(c, problems))]
         if failing:
             current = min(failing, key=lambda c: len(c.ops))
             chunks = max(2, chunks - 1)
@@ -268,10 +271,12 @@ def shrink(workload: Workload, rounds: int = 12, kind: str | None = None) -> Wor
     return current
 
 
-def write_reproducer(workload: Workload, problems: list[str], folder: str | os.PathLike[str]) -> Path:
-    """Writes a shrunk case as a JSON fixture (the workload and what diverged)."""
-    path = Path(folder) / f"seed{workload.seed}_{abs(hash(workload.conf)) % 10**6}.json"
-    path.write_text(json.dumps({"workload": asdict(workload), "problems": problems}, indent=1) + "\n")
+def write_reproducer(workload: Workload, problems: list[str], folder: str | os.PathLike[str],
+                     deviation: str) -> Path:
+    """Writes a shrunk case as a JSON fixture: the workload, the deviation it shows and what diverged."""
+    path = Path(folder) / f"{deviation}.json"
+    data = {"deviation": deviation, "problems": problems, "workload": asdict(workload)}
+    path.write_text(json.dumps(data, indent=1) + "\n")
     return path
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from torchmem import _C
+from torchmem.replay.retries import recorded_retries
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
@@ -362,6 +363,9 @@ def replay(
     seconds = time.perf_counter() - start
     unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
     stats = replayer.stats()
+    if follow_recording and recorded is not None:
+        known = capacity if capacity_source in ("oom", "oom_limit") else None
+        stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known)
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
     survived = replayer.recorded_ooms

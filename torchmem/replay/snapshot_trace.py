@@ -54,6 +54,8 @@ class RecordedRun:
     capacity_from: str | None = None         # "oom" (reserved + device_free at the OOM) or "expandable" (capacity.py)
     peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
     device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.snapshot_devices' rule
+    retry_releases: list = field(default_factory=list)  # runs of releases a new segment followed (retries.py)
+    start_reserved: int = 0                  # reserved when recording began
 
     def entry_of(self, event: int | None) -> int | None:
         """The trace entry of replay event `event`."""
@@ -184,6 +186,12 @@ class _Builder:
         self.reserved_delta = 0
         self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
+        self.pending_release_sizes: list[int] = []
+        self.run_reserved = 0                     # reserved_delta when the run began
+        self.run_new_segment = 0                  # size of the segment that followed the run
+        # (reserved_delta before the run, the new segment's size, the sizes released) of each run
+        # that a new segment followed: the allocator's retry, or the program's empty_cache() (retries.py)
+        self.retry_releases: list[tuple[int, int, list[int]]] = []
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
         self.oom: dict | None = None  # the first oom entry
         self.ooms: list[dict] = []    # every oom entry
@@ -226,7 +234,10 @@ class _Builder:
         if self.pending_release and next_action != "oom" and not self.segment_after_release:
             self.cols.insert(self.pending_release[0], EMPTY_CACHE)
             self.empty_cache_calls += 1
+        elif self.pending_release and self.segment_after_release:
+            self.retry_releases.append((self.run_reserved, self.run_new_segment, list(self.pending_release_sizes)))
         self.pending_release.clear()
+        self.pending_release_sizes.clear()
         self.segment_after_release = False
 
     def entry(self, i: int, entry: Any, free_action: str) -> None:
@@ -242,8 +253,13 @@ class _Builder:
         if action in ("segment_free", "segment_unmap"):
             if self.segment_after_release:
                 self.settle_release(action)
+            if not self.pending_release:
+                self.run_reserved = self.reserved_delta
             self.pending_release.append(len(self.cols.ops))
+            self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
         elif action in ("segment_alloc", "segment_map"):
+            if self.pending_release and not self.segment_after_release:
+                self.run_new_segment = entry.get("size") if isinstance(entry.get("size"), int) else 0
             self.segment_after_release = bool(self.pending_release)
         elif action != "snapshot" and not (action.startswith("free") and action != free_action):
             self.settle_release(action)
@@ -383,6 +399,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            capacity_from=capacity_from,
                            peak_reserved=start.reserved + b.reserved_peak,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
+                           retry_releases=b.retry_releases, start_reserved=start.reserved,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64), device_choice=choice.describe())
     notes = []
     pooled = private_pool_segments(snapshot.get("segments"))

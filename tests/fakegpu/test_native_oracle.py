@@ -1,0 +1,98 @@
+"""The differential oracle: PyTorch's own allocator on the fake GPU against torchmem's replay.
+
+Random workloads (torchmem.fakegpu.oracle.generate) under every setting
+PyTorch's parser accepts run under the native allocator; each native
+snapshot is replayed with no hints and compared entry by entry, block by
+block and stat by stat. A diverging case must be an open, named deviation
+(deviations.py) with a shrunk reproducer; anything else fails.
+benchmarks/bench_native_fidelity.py runs thousands.
+"""
+import copy
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from torchmem.fakegpu import oracle
+from torchmem.fakegpu.deviations import DEVIATIONS, classify
+
+SUITE_SEEDS = range(int(os.environ.get("TORCHMEM_ORACLE_CASES", "200")))
+REPRODUCERS = sorted((Path(__file__).parent / "reproducers").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def suite():
+    workloads = [oracle.generate(seed) for seed in SUITE_SEEDS]
+    return workloads, oracle.check(workloads)
+
+
+def test_every_setting_is_in_the_suite():
+    confs = {oracle.generate(seed).conf for seed in SUITE_SEEDS}
+    assert confs == set(oracle.SETTINGS)
+
+
+def test_suite_replays_exactly_or_as_a_named_deviation(suite):
+    workloads, results = suite
+    unexplained = []
+    counts = {d.name: 0 for d in DEVIATIONS}
+    for w, problems in zip(workloads, results):
+        if not problems:
+            continue
+        deviation = classify(w, problems)
+        if deviation is None:
+            unexplained.append(f"{w.describe()}: {problems}")
+        else:
+            counts[deviation.name] += 1
+    exact = sum(1 for p in results if not p)
+    print(f"\noracle: {exact} of {len(results)} exact; open deviations: {counts}")
+    assert not unexplained, "new divergences from PyTorch's allocator:\n" + "\n".join(unexplained[:10])
+    assert exact >= len(results) // 2  # the deviations are exceptions, not the rule
+
+
+def test_suite_covers_what_the_issue_names(suite):
+    workloads, _ = suite
+    ops = [op for w in workloads for op in w.ops]
+    kinds = {op[0] for op in ops}
+    assert {"a", "f", "u", "h", "c", "e", "o"} <= kinds
+    sizes = [op[2] for op in ops if op[0] == "a"]
+    assert any(s <= 1 << 20 for s in sizes) and any((1 << 20) < s < (10 << 20) for s in sizes)
+    assert any(s >= 10 << 20 for s in sizes)
+    assert any(w.record_at for w in workloads) and any(w.fraction for w in workloads)
+    assert {0, 1, 2} <= {op[3] for op in ops if op[0] == "a"}  # one to three streams
+
+
+def test_oracle_catches_a_replay_that_differs(tmp_path):
+    """The comparison can fail: one allocation moved in a native snapshot is reported."""
+    w = oracle.generate(1, conf="")
+    reports = oracle.run_native([w], tmp_path)
+    path = tmp_path / "0.pickle"
+    assert oracle.compare(path, reports[0], w) == []
+    snapshot = pickle.loads(path.read_bytes())
+    trace = snapshot["device_traces"][0]
+    allocs = [e for e in trace if e["action"] == "alloc" and e["size"] < (1 << 20)]
+    victim = allocs[len(allocs) // 2]
+    moved = copy.deepcopy(snapshot)
+    for e in moved["device_traces"][0]:
+        if e.get("addr") == victim["addr"] and e["action"] in ("alloc", "free_requested", "free_completed"):
+            e["addr"] += 512 * 1024 * 1024 * 1024  # nowhere near a segment
+    (tmp_path / "moved.pickle").write_bytes(pickle.dumps(moved))
+    problems = oracle.compare(tmp_path / "moved.pickle", reports[0], w)
+    assert problems, "a moved allocation went unnoticed"
+
+
+@pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
+def test_reproducer_still_shows_its_deviation(path):
+    data = json.loads(path.read_text())
+    w = oracle.load_reproducer(path)
+    problems = oracle.check([w])[0]
+    assert problems, f"{path.name} now replays exactly: the {data['deviation']} deviation is fixed (or moved); " \
+                     "update tests/fakegpu/deviations.py and keep this case as a test of the fix"
+    found = classify(w, problems)
+    assert found is not None and found.name == data["deviation"], problems
+
+
+def test_every_deviation_has_a_reproducer():
+    named = {json.loads(p.read_text())["deviation"] for p in REPRODUCERS}
+    assert named == {d.name for d in DEVIATIONS}

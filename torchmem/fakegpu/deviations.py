@@ -1,0 +1,89 @@
+"""Open deviations of torchmem's replay from PyTorch's native allocator, found
+by the differential oracle (torchmem.fakegpu.oracle) and not yet fixed.
+
+Each names what differs, where it shows, and its shrunk reproducer in
+tests/fakegpu/reproducers/. A diverging case of the suite must match one of
+these, or the suite fails; a reproducer that stops diverging fails too (the
+deviation is fixed: remove it here and keep the reproducer as a test of the
+fix). tests/fakegpu/test_native_oracle.py holds the suite to this list;
+benchmarks/bench_native_fidelity.py counts them; docs/fakegpu.md lists them.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from torchmem.fakegpu.oracle import Workload
+
+
+def _stat_keys(problem: str) -> set[str]:
+    return set(re.findall(r"([a-z_.]+) -?\d+ vs", problem))
+
+
+def _only_stats(problems: list[str], keys: set[str]) -> bool:
+    return all(p.startswith("statistics") and _stat_keys(p) <= keys for p in problems)
+
+
+def _conf_has(w: Workload, *keys: str) -> bool:
+    return any(k in w.conf for k in keys)
+
+
+@dataclass(frozen=True)
+class Deviation:
+    name: str
+    what: str
+    matches: Callable[[Workload, list[str]], bool]
+
+
+DEVIATIONS: tuple[Deviation, ...] = (
+    Deviation(
+        "retry-count",
+        "num_alloc_retries: PyTorch counts a retry each time it releases its cache and allocates again after a "
+        "failed device allocation (and one for each out-of-memory error); the replay makes the recording's "
+        "releases itself, without a failing device allocation first, and counts fewer.",
+        lambda w, p: _only_stats(p, {"num_alloc_retries"}),
+    ),
+    Deviation(
+        "peak-allocated-at-oom",
+        "allocated_bytes.all.peak after a caught out-of-memory error differs (the replay's allocated peak "
+        "counts a request that PyTorch never granted, or the other way round).",
+        lambda w, p: _only_stats(p, {"num_alloc_retries", "allocated_bytes.all.peak", "num_ooms"})
+        and any("allocated_bytes.all.peak" in x for x in p),
+    ),
+    Deviation(
+        "expandable-range-placement",
+        "expandable_segments:True: the replay reserves a pool's address range at another address than PyTorch "
+        "did on the fake GPU (the card's size, which sets each range's size, is inferred from the spacing of "
+        "the recorded ranges, and ranges recorded next to each other defeat that), so pages map elsewhere.",
+        lambda w, p: _conf_has(w, "expandable_segments:True"),
+    ),
+    Deviation(
+        "fraction-limit",
+        "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction), with or without "
+        "garbage_collection_threshold: the replay does not know the fraction's limit unless an out-of-memory "
+        "error shows it, so it runs out of memory, collects garbage or releases its cache at other moments.",
+        lambda w, p: bool(w.fraction) or _conf_has(w, "per_process_memory_fraction", "garbage_collection"),
+    ),
+    Deviation(
+        "rounded-oversize",
+        "roundup_power2_divisions together with max_split_size_mb, or a run recorded mid-way under "
+        "roundup_power2_divisions: some small-pool placements differ.",
+        lambda w, p: _conf_has(w, "roundup_power2_divisions") and (_conf_has(w, "max_split_size_mb")
+                                                                  or bool(w.record_at)),
+    ),
+    Deviation(
+        "capacity-with-oversize",
+        "max_split_size_mb: an out-of-memory error where the replay, whose capacity comes from the first "
+        "recorded OOM, finds room (or the other way round) after oversize blocks were released.",
+        lambda w, p: _conf_has(w, "max_split_size_mb") and any("'oom'" in x for x in p),
+    ),
+)
+
+
+def classify(workload: Workload, problems: list[str]) -> Deviation | None:
+    """The open deviation these problems belong to, or None (a new divergence)."""
+    for deviation in DEVIATIONS:
+        if deviation.matches(workload, problems):
+            return deviation
+    return None

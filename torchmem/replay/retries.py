@@ -1,0 +1,48 @@
+"""The allocation retries a recording implies, for a replay that follows it.
+
+PyTorch counts num_alloc_retries when, after a failed device allocation, it
+has released every unsplit cached segment and allocates again (the third
+step of DeviceCachingAllocator::malloc; the second step, which releases only
+blocks of max_split_size or more, counts nothing). A replay that follows a
+recording makes the recorded releases itself, before allocating, so its
+allocator never fails first and counts no retry: this module counts, from
+the runs of releases the allocator made before a new segment, the retries
+PyTorch made.
+
+- Without max_split_size the second step does nothing: every such run is a
+  retry.
+- With it, a run that released only segments of max_split_size or more is
+  taken as the second step (no retry); one that released anything smaller
+  was the third.
+- A program's empty_cache() followed by a new segment looks the same in the
+  trace. A run is a retry only where the card could not have held the new
+  segment beside what was reserved before the run: with the capacity known
+  from a recorded OOM. Without one, no run is counted.
+- Under garbage_collection_threshold (with a memory fraction) the collector
+  also releases before allocating, and the trace cannot tell its runs from
+  the retries': none is counted. Both are open deviations (docs/fakegpu.md).
+"""
+from __future__ import annotations
+
+import re
+
+
+def recorded_retries(retry_releases: list[tuple[int, int, list[int]]], conf: str, start_reserved: int,
+                     capacity: int | None) -> int:
+    """Retries PyTorch counted behind the recorded runs of releases.
+
+    Each run is (reserved before it, relative to the start; the size of the
+    segment that followed; the sizes it released). `capacity` is the card's
+    memory where a recorded OOM tells it, else None.
+    """
+    if "garbage_collection_threshold" in conf or capacity is None:
+        return 0
+    match = re.search(r"max_split_size_mb:(\d+)", conf)
+    max_split = int(match.group(1)) << 20 if match else None
+    count = 0
+    for reserved_before, new_segment, sizes in retry_releases:
+        if start_reserved + reserved_before + new_segment <= capacity:
+            continue  # the card had room: the program's empty_cache()
+        if max_split is None or any(size < max_split for size in sizes):
+            count += 1
+    return count
