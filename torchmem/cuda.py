@@ -15,6 +15,7 @@ otherwise.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -76,9 +77,12 @@ def install_cuda(kind: str = "caching", conf: str | None = None) -> None:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
-    from torchmem._install import resolve_conf
+    from torchmem._install import given_conf, resolve_conf
 
-    resolved = resolve_conf(conf)
+    given = given_conf(conf)
+    if native_reuse_order() == "segment" and "reuse_order" not in given:
+        given = "reuse_order:segment" + ("," + given if given else "")
+    resolved = resolve_conf(given)
     _require_glue()
     if torch.cuda.is_initialized() and not _C.cuda_installed():
         raise CUDAAlreadyInitializedError(ALREADY_INITIALIZED)
@@ -88,6 +92,28 @@ def install_cuda(kind: str = "caching", conf: str | None = None) -> None:
         if "already initialised" in str(e):
             raise CUDAAlreadyInitializedError(f"{ALREADY_INITIALIZED} ({e})") from None
         raise
+
+
+_NATIVE_REUSE_ORDER: list[str] = []
+
+
+def native_reuse_order() -> str:
+    """How this torch's own CUDA allocator orders free blocks of one size:
+    "segment" (oldest segment first, then lowest address: its comparator
+    BlockComparatorSizeCounterAddress, in torch 2.14.1) or "address" (lowest
+    address first: BlockComparatorSize, torch 2.11). Read once from
+    libc10_cuda.so's symbol names; torchmem's CUDA install follows it."""
+    if not _NATIVE_REUSE_ORDER:
+        order = "address"
+        path = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10_cuda.so")
+        try:
+            with open(path, "rb") as f:
+                if b"BlockComparatorSizeCounterAddress" in f.read():
+                    order = "segment"
+        except OSError:
+            pass
+        _NATIVE_REUSE_ORDER.append(order)
+    return _NATIVE_REUSE_ORDER[0]
 
 
 def installed() -> bool:

@@ -237,7 +237,9 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text) {
     } else if (key == "reuse_order") {
       if (value == "address") c.reuse_order = ReuseOrder::kAddress;
       else if (value == "recent") c.reuse_order = ReuseOrder::kRecent;
-      else fail(key, value, "address (lowest address first among equal sizes, native) or recent (most recently freed first)");
+      else if (value == "segment") c.reuse_order = ReuseOrder::kSegment;
+      else fail(key, value, "address (lowest address first among equal sizes, native), recent (most recently freed first) "
+                            "or segment (oldest segment first, then lowest address: native from torch 2.14)");
     } else if (key == "min_block_size") {
       const std::string allowed = "a power of two number of bytes from " + std::to_string(kMinCpuBlockSize) + " to " +
                                   std::to_string(kMinBlockSize) + " (native: " + std::to_string(kMinBlockSize) + ")";
@@ -284,6 +286,7 @@ std::string AllocatorConfig::to_string() const {
   if (capacity != 0) item("capacity", std::to_string(capacity));
   if (policy == Policy::kStitch) item("policy", "stitch");
   if (reuse_order == ReuseOrder::kRecent) item("reuse_order", "recent");
+  if (reuse_order == ReuseOrder::kSegment) item("reuse_order", "segment");
   if (min_block_size != kMinBlockSize) item("min_block_size", std::to_string(min_block_size));
   return out.str();
 }

@@ -64,10 +64,15 @@ enum class Policy : uint8_t { kNative, kStitch };
 // - reuse_order: among the free blocks of the best-fitting size, the one with
 //   the lowest address (address, native) or the one most recently put back
 //   in its pool (recent): its cache lines are the likeliest to be warm.
+//   A third order is PyTorch's own from torch 2.14 on (segment): the block of
+//   the oldest segment, then the lowest address (its comparator,
+//   BlockComparatorSizeCounterAddress, orders by a counter each cudaMalloc'ed
+//   segment takes and its blocks inherit; torch 2.11 orders by address).
+//   torchmem.cuda picks it on CUDA for a torch that has it.
 // - min_block_size: the rounding granule and the least block, 512 B in the
 //   native policy (PyTorch's GPU rule); a power of two from 64 B (c10's CPU
 //   alignment) lets tiny tensors cost about what glibc charges.
-enum class ReuseOrder : uint8_t { kAddress, kRecent };
+enum class ReuseOrder : uint8_t { kAddress, kRecent, kSegment };
 
 struct AllocatorConfig {
   // Segments for requests of 1 to 10 MiB, and the large pool's expandable

@@ -51,16 +51,17 @@ struct PoolEntry {
 };
 
 // Best fit: the smallest block of the request's stream that is large enough,
-// lowest address first among equals (native), or most recently cached first
-// (reuse_order recent, Note [CPU settings]). Transparent: a pool's free set
-// is searched with a BlockKey.
+// lowest address first among equals (native), most recently cached first
+// (reuse_order recent, Note [CPU settings]), or oldest segment first, then
+// lowest address (reuse_order segment: reuse_rank is the segment's rank).
+// Transparent: a pool's free set is searched with a BlockKey.
 struct BlockBySize {
   using is_transparent = void;
-  bool most_recent_first = false;
+  bool by_rank = false;  // recent or segment
   bool operator()(const BlockKey& a, const BlockKey& b) const {
     if (a.stream != b.stream) return a.stream < b.stream;
     if (a.size != b.size) return a.size < b.size;
-    if (most_recent_first) return a.reuse_rank < b.reuse_rank;
+    if (by_rank && a.reuse_rank != b.reuse_rank) return a.reuse_rank < b.reuse_rank;
     return a.addr < b.addr;
   }
   bool operator()(const PoolEntry& a, const PoolEntry& b) const { return (*this)(a.key, b.key); }
@@ -82,7 +83,8 @@ struct Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   int64_t gc_count_base = 0;   // pool's get_free_blocks_call_count when cached
-  uint64_t reuse_rank = 0;     // smaller: cached more recently (BlockPool::insert; reuse_order recent)
+  uint64_t reuse_rank = 0;     // recent: smaller is cached more recently (BlockPool::insert); segment: its
+                               // segment's rank, kept by splits (0: an expandable segment's, by address)
   ExpandableSegment* expandable = nullptr;
   BlockSet::iterator pool_pos; // its entry in pool->blocks, while it is there (BlockPool::insert)
 
@@ -104,19 +106,21 @@ struct BlockByAddress {
 // or moving a block needs no search.
 struct BlockPool {
   BlockPool(bool small, NodePool* nodes, ReuseOrder order = ReuseOrder::kAddress)
-      : blocks(BlockBySize{order == ReuseOrder::kRecent}, PoolAllocator<PoolEntry>(nodes)),
+      : blocks(BlockBySize{order != ReuseOrder::kAddress}, PoolAllocator<PoolEntry>(nodes)),
         unmapped(BlockByAddress{}, PoolAllocator<Block*>(nodes)),
-        is_small(small) {}
+        is_small(small),
+        ranks_by_recency(order == ReuseOrder::kRecent) {}
   BlockSet blocks;                                                    // free, mapped blocks
   std::set<Block*, BlockByAddress, PoolAllocator<Block*>> unmapped;   // free, unmapped ranges of expandable segments
   const bool is_small;
+  const bool ranks_by_recency;             // reuse_order recent: insert() ranks the block as the newest
   int64_t get_free_blocks_call_count = 0;  // ages blocks for garbage collection
   uint64_t next_reuse_rank = UINT64_MAX;   // counts down: the newest block ranks first
 
   // Caches a free, mapped block: it ages from now and ranks as the newest.
   void insert(Block* block) {
     block->gc_count_base = get_free_blocks_call_count;
-    block->reuse_rank = --next_reuse_rank;
+    if (ranks_by_recency) block->reuse_rank = --next_reuse_rank;
     block->pool_pos = blocks.insert(PoolEntry{key_of(block), block}).first;
   }
   // Takes a cached block out (of `unmapped` when it is not mapped).
@@ -130,7 +134,8 @@ struct BlockPool {
   // is, with no tree change, when the new key keeps its place between its
   // neighbours in the order (the common split and merge).
   void move(Block* block, uintptr_t addr, size_t size) {
-    const BlockKey key{block->stream, size, next_reuse_rank - 1, addr};  // the rank insert() would give
+    const BlockKey key{block->stream, size, ranks_by_recency ? next_reuse_rank - 1 : block->reuse_rank,
+                       addr};  // the rank insert() would give
     // Size comes before the rank and the address in the order: a smaller
     // block can only pass its lower neighbour, a larger one its upper one.
     const BlockBySize& less = blocks.key_comp();
@@ -141,7 +146,8 @@ struct BlockPool {
     block->size = size;
     if (!keeps_place) return reinsert(block);
     block->gc_count_base = get_free_blocks_call_count;
-    block->reuse_rank = --next_reuse_rank;
+    if (ranks_by_recency) --next_reuse_rank;
+    block->reuse_rank = key.reuse_rank;
     pos->key = key;
   }
 

@@ -28,6 +28,7 @@
 #include "core/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -37,6 +38,13 @@
 namespace torchmem {
 
 namespace {
+
+// reuse_order segment: each segment takes the next rank, process-wide, as
+// PyTorch's registration_counter_global (torch 2.14).
+uint64_t next_segment_rank() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 constexpr size_t kMaxRequest = size_t(1) << 60;
 
@@ -280,6 +288,7 @@ bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
   block->size = size;
   block->stream = r.stream;
   block->pool = r.pool;
+  block->reuse_rank = next_segment_rank();
   r.block = block;
   increase_pool(stats_.segment, r.pool->is_small, 1);
   increase_pool(stats_.reserved_bytes, r.pool->is_small, static_cast<int64_t>(size));
@@ -319,7 +328,10 @@ bool CachingAllocator::release_available_cached_blocks(const Request& r) {
   return released >= key.size;
 }
 
+// PyTorch's release_cached_blocks first waits for every stream's events
+// (synchronize_and_free_events), which counts num_sync_all_streams.
 void CachingAllocator::release_cached_blocks() {
+  ++stats_.num_sync_all_streams;
   release_pool(large_blocks_);
   release_pool(small_blocks_);
 }
@@ -405,6 +417,7 @@ inline Block* CachingAllocator::take_block(Request& r, Block* block) {
     block->size = r.size;
     block->stream = r.stream;
     block->pool = r.pool;
+    block->reuse_rank = remaining->reuse_rank;  // reuse_order segment: the segment's rank
     block->expandable = remaining->expandable;
     block->prev = remaining->prev;
     if (block->prev) block->prev->next = block;

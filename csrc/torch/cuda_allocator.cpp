@@ -55,6 +55,8 @@ c10cca::DeviceStats to_c10(const DeviceStats& src) {
   std::tie(dst.num_alloc_retries, dst.num_ooms, dst.num_sync_all_streams, dst.num_device_alloc, dst.num_device_free,
            dst.max_split_size) = std::tie(src.num_alloc_retries, src.num_ooms, src.num_sync_all_streams,
                                           src.num_device_alloc, src.num_device_free, src.max_split_size);
+  // Unset, PyTorch reports its SIZE_MAX as an int64_t: -1 (the core clamps to INT64_MAX).
+  if (src.max_split_size == std::numeric_limits<int64_t>::max()) dst.max_split_size = -1;
   copy_stat(dst.oversize_allocations, src.oversize_allocations);
   copy_stat(dst.oversize_segments, src.oversize_segments);
   return dst;
