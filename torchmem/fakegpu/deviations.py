@@ -82,7 +82,12 @@ DEVIATIONS: tuple[Deviation, ...] = (
 
 
 def classify(workload: Workload, problems: list[str]) -> Deviation | None:
-    """The open deviation these problems belong to, or None (a new divergence)."""
+    """The open deviation these problems belong to, or None (a new divergence).
+
+    A replay that raised, or a native run that failed, is never a deviation.
+    """
+    if any(not p.startswith(("trace differs", "final segments", "statistics differ")) for p in problems):
+        return None
     for deviation in DEVIATIONS:
         if deviation.matches(workload, problems):
             return deviation
