@@ -138,7 +138,7 @@ def main() -> int:
     if "ranks" in args.only:
         copies = []
         for i in range(8):
-            copy = os.path.join(args.dir, f"rank{i}.pickle")
+            copy = os.path.join(args.dir, f"big_{args.entries}_{args.frames}_rank{i}.pickle")
             if not os.path.exists(copy):
                 shutil.copyfile(path, copy)
             copies.append(copy)

@@ -219,3 +219,68 @@ def test_every_real_snapshot_loads_as_pickle_would():
             expected = pickle.load(f)
         assert load(path) == expected, path
         assert sim.load_trace(path).recorded.entries > 0
+
+
+# --- A replay's load without the stacks (csrc/core/pickle_strip.h) ------------------------------
+
+def _without_frames(value):
+    if isinstance(value, dict):
+        return {k: ([] if k == "frames" else _without_frames(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_frames(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_without_frames(v) for v in value)
+    return value
+
+
+keyed = st.recursive(
+    st.none() | st.integers() | st.text(max_size=6) | st.just("frames") | st.just("") | st.binary(max_size=4),
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
+    | st.dictionaries(st.sampled_from(["frames", "a", "", 7]), children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=keyed, shared=keyed, protocol=st.integers(2, 5))
+def test_dropping_frames_changes_nothing_else(value, shared, protocol):
+    """Objects shared through the memo (the same list as frames and elsewhere) included: either exactly the
+    value with every frames value emptied, or, where the rewrite cannot be sure, the whole value."""
+    whole = {"frames": shared, "x": [shared, {"frames": shared}, value], "y": value, "": "frames"}
+    if protocol == 2:
+        whole = _no_bytes(whole)
+    data = pickle.dumps(whole, protocol=protocol)
+    stripped = _C.strip_pickle_key(data, "frames")
+    got = loads_plain(data, "frames")
+    if stripped is None:
+        assert got == whole
+    else:
+        assert got == _without_frames(whole)
+
+
+def _no_bytes(value):
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if isinstance(value, dict):
+        return {k: _no_bytes(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_no_bytes(v) for v in value)
+    return value
+
+
+@pytest.mark.skipif(not os.path.isdir(SNAPSHOTS), reason=f"the real snapshots ({SNAPSHOTS}) are not on this machine")
+def test_real_snapshots_replay_the_same_without_their_frames():
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    for path in sorted(glob.glob(os.path.join(SNAPSHOTS, "*.pickle"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        assert _C.strip_pickle_key(data, "frames") is not None, path  # the fast path is taken on real files
+        full = pickle.loads(data)
+        assert loads_plain(data, "frames") == _without_frames(full)
+        fast, slow = sim.load_trace(path), snapshot_trace(full, path)
+        assert [c.ops.tolist() + c.sizes.tolist() + c.addrs.tolist() for c in fast.chunks()] == \
+               [c.ops.tolist() + c.sizes.tolist() + c.addrs.tolist() for c in slow.chunks()]
+        a, b = sim.replay(fast), sim.replay(slow)
+        assert (a.completed, a.events, a.peak_allocated, a.peak_reserved, a.exact) == \
+               (b.completed, b.events, b.peak_allocated, b.peak_reserved, b.exact)

@@ -79,10 +79,14 @@ def read_snapshot(path: str | os.PathLike) -> dict:
     return load_snapshot_pickle(path) if fmt == PICKLE else load_snapshot_json(path)
 
 
-def load_snapshot_pickle(path: str) -> dict:
-    """A snapshot pickle, as data only; errors name the file and what is wrong."""
+def load_snapshot_pickle(path: str, without_frames: bool = False) -> dict:
+    """A snapshot pickle, as data only; errors name the file and what is wrong.
+
+    `without_frames`: every ``frames`` list comes back empty, never built
+    (what a replay needs: the stacks are most of a big snapshot).
+    """
     try:
-        data = load_plain(path)
+        data = load_plain(path, "frames" if without_frames else None)
     except UnsafePickleError as exc:
         raise TraceError(f"{path}: refused to load: {exc}; torchmem reads only plain data from a pickle, "
                          "nothing in it is run") from None

@@ -55,17 +55,26 @@ class _PlainUnpickler(pickle.Unpickler):
         raise UnsafePickleError("it holds a persistent id: a reference to an object outside the file")
 
 
-def loads_plain(data: bytes) -> Any:
-    """Unpickle `data`, refusing everything but plain data (UnsafePickleError, nothing run)."""
+def loads_plain(data: bytes, drop_key: str | None = None) -> Any:
+    """Unpickle `data`, refusing everything but plain data (UnsafePickleError, nothing run).
+
+    With `drop_key`, every value of that dict key comes back as an empty list,
+    unbuilt (csrc/core/pickle_strip.h: the replay drops "frames", most of a
+    big snapshot); where the rewrite cannot be sure, everything is built.
+    """
     plain, offset, problem = _C.scan_plain_pickle(data)
     if not plain:
         damaged = problem.startswith("it ends") or "is not a pickle opcode" in problem
         raise (DamagedPickleError if damaged else UnsafePickleError)(f"{problem} (byte {offset:,})")
+    if drop_key is not None:
+        stripped = _C.strip_pickle_key(data, drop_key)
+        if stripped is not None:
+            data = stripped
     return _PlainUnpickler(io.BytesIO(data)).load()
 
 
-def load_plain(path: str) -> Any:
+def load_plain(path: str, drop_key: str | None = None) -> Any:
     """Unpickle the file at `path`, refusing everything but plain data (UnsafePickleError, nothing run)."""
     with open(path, "rb") as f:
         data = f.read()
-    return loads_plain(data)
+    return loads_plain(data, drop_key)
