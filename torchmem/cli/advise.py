@@ -40,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.replay import advise, candidates, load_trace
     from torchmem.replay.runner import fmt_size, size_reading
 
-    trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
+    from torchmem.progress import activity
+
+    with activity(f"reading {args.trace}", disable=args.no_progress or args.json):
+        trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
     arguments.require_trace(trace, args.trace, args.device is not None, "advise compares settings on the trace")
     base = trace.recorded.conf if trace.recorded is not None and trace.recorded.conf is not None else ""
     total = len(candidates(base, args.extra, not args.no_stitch)) + 3

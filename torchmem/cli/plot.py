@@ -36,7 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.traces import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 
-    snapshot = load(args.snapshot)
+    from torchmem.progress import activity
+
+    with activity(f"reading {args.snapshot}", disable=args.no_progress or args.json):
+        snapshot = load(args.snapshot)
     if not args.segments and not any(isinstance(t, list) and t for t in snapshot.get("device_traces") or []):
         raise TraceError(f"{args.snapshot}: the snapshot has no trace (no history), so there is no timeline to draw: "
                          "record with torch.cuda.memory._record_memory_history() or torchmem.record_memory_history() "

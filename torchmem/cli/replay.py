@@ -122,7 +122,10 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.replay.runner import size_reading
     from torchmem.traces import load_trace
 
-    trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
+    from torchmem.progress import activity
+
+    with activity(f"reading {args.trace}", disable=args.no_progress or args.json):
+        trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
     if args.device is not None and trace.start is not None and not trace.start.segments:
         # Nothing on that device at all: say where the trace is (a device with only segments replays them).
         arguments.require_trace(trace, args.trace, True, "the device has no segments either")

@@ -35,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
 
     from torchmem.snapshot_devices import choose_device
 
-    snapshot = load(args.snapshot)
+    from torchmem.progress import activity
+
+    with activity(f"reading {args.snapshot}", disable=args.no_progress or args.json):
+        snapshot = load(args.snapshot)
     choice = choose_device(snapshot, args.device, args.snapshot)
     traces = snapshot.get("device_traces") or []
     total = max((len(t) for t in traces), default=0)
