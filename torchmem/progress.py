@@ -19,3 +19,29 @@ def progress_bar(total: int | None, desc: str, disable: bool = False, unit: str 
             bar.update(done - bar.n)
 
         yield update
+
+
+@contextlib.contextmanager
+def activity(desc: str, disable: bool = False) -> Iterator[None]:
+    """A bar for work with no count to report (reading a big file): the seconds it has taken so far, redrawn
+    twice a second on a terminal, gone when the work ends."""
+    if disable or not sys.stderr.isatty():
+        yield
+        return
+    import threading
+
+    from tqdm import tqdm
+
+    done = threading.Event()
+    with tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False) as bar:
+        def redraw() -> None:
+            while not done.wait(0.5):
+                bar.refresh()
+
+        thread = threading.Thread(target=redraw, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
