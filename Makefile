@@ -89,16 +89,20 @@ demo: $(VENV)/.built
 
 test: test-cpu test-fakegpu
 
+# pytest-xdist: one worker per core, each test file in one worker.
+PYTEST_JOBS ?= 2
+XDIST := -n $(PYTEST_JOBS) --dist loadfile
+
 test-cpu: $(VENV)/.built
-	$(PY) -m pytest -q tests --ignore=tests/fakegpu --ignore=tests/cuda
+	$(PY) -m pytest -q $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda
 
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log
-	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu tests/cuda $(PYTEST_ARGS)
+	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q $(XDIST) tests/fakegpu tests/cuda $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
-	$(PY) -m pytest -q -x tests --ignore=tests/fakegpu --ignore=tests/cuda -m "not slow"
-	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q -x tests/fakegpu tests/cuda -m "not slow"
+	$(PY) -m pytest -q -x $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda -m "not slow"
+	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q -x $(XDIST) tests/fakegpu tests/cuda -m "not slow"
 
 # The C++ core's test driver under ASan+UBSan (leaks on) and, separately, TSan.
 sanitize:

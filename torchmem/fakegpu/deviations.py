@@ -39,9 +39,10 @@ class Deviation:
 DEVIATIONS: tuple[Deviation, ...] = (
     Deviation(
         "retry-count",
-        "num_alloc_retries: PyTorch counts a retry each time it releases its cache and allocates again after a "
-        "failed device allocation (and one for each out-of-memory error); the replay makes the recording's "
-        "releases itself, without a failing device allocation first, and counts fewer.",
+        "num_alloc_retries: PyTorch counts a retry each time it releases its whole cache and allocates again "
+        "after a failed device allocation. The replay makes the recording's releases itself and infers those "
+        "retries (torchmem/replay/retries.py) only where a recorded OOM gives the card's size and no garbage "
+        "collection runs; a program's empty_cache() just before a new segment on a full card counts as one.",
         lambda w, p: _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
@@ -52,18 +53,18 @@ DEVIATIONS: tuple[Deviation, ...] = (
         and any("allocated_bytes.all.peak" in x for x in p),
     ),
     Deviation(
-        "expandable-range-placement",
-        "expandable_segments:True: the replay reserves a pool's address range at another address than PyTorch "
-        "did on the fake GPU (the card's size, which sets each range's size, is inferred from the spacing of "
-        "the recorded ranges, and ranges recorded next to each other defeat that), so pages map elsewhere.",
-        lambda w, p: _conf_has(w, "expandable_segments:True"),
-    ),
-    Deviation(
         "fraction-limit",
         "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction), with or without "
         "garbage_collection_threshold: the replay does not know the fraction's limit unless an out-of-memory "
         "error shows it, so it runs out of memory, collects garbage or releases its cache at other moments.",
         lambda w, p: bool(w.fraction) or _conf_has(w, "per_process_memory_fraction", "garbage_collection"),
+    ),
+    Deviation(
+        "expandable-range-placement",
+        "expandable_segments:True: the replay reserves a pool's address range at another address than PyTorch "
+        "did on the fake GPU (the card's size, which sets each range's size, is inferred from the spacing of "
+        "the recorded ranges, and ranges recorded next to each other defeat that), so pages map elsewhere.",
+        lambda w, p: _conf_has(w, "expandable_segments:True"),
     ),
     Deviation(
         "rounded-oversize",
