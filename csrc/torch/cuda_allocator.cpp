@@ -5,9 +5,12 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <mutex>
 #include <tuple>
 #include <stdexcept>
 
@@ -25,6 +28,12 @@ CudaAllocator* g_self = nullptr;  // the instance, for the deleter (a plain func
 // The context gathered for the allocation this thread is making, read by the
 // history's context provider (called with no torchmem lock held).
 thread_local std::shared_ptr<c10::GatheredContext> t_context;
+
+// Set in a child forked after the first device state was made (a
+// pthread_atfork child handler, registered then): one relaxed load on the
+// allocation and free paths.
+std::atomic<bool> g_forked_after_state{false};
+void mark_forked_child() { g_forked_after_state.store(true, std::memory_order_relaxed); }
 // This thread's pushed allocators, innermost last, with their devices.
 thread_local std::vector<std::pair<int, std::shared_ptr<torchmem::Allocator>>> t_thread_allocators;
 thread_local int t_last_free_device = 0;
@@ -135,9 +144,10 @@ void CudaAllocator::set_config(const AllocatorConfig& config) {
 
 CudaAllocator::DeviceState& CudaAllocator::state(int device) {
   TORCH_CHECK(device >= 0 && device < kMaxDevices, "torchmem: CUDA device index ", device, " out of range");
+  if (DeviceState* made = devices_[device].load(std::memory_order_acquire)) return *made;
   std::call_once(device_once_[device], [&] {
-    uint64_t none = kNoState;
-    state_generation_.compare_exchange_strong(none, fork_generation());
+    static std::once_flag atfork_once;
+    std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, &mark_forked_child); });
     auto* s = new DeviceState(device, config());  // lives as long as the process, like the allocator
     std::lock_guard<std::mutex> lock(history_mutex_);
     enable_history(s->memory, false);
@@ -153,10 +163,7 @@ CudaAllocator::DeviceState* CudaAllocator::existing_state(int device) const {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   return devices_[device].load(std::memory_order_acquire);
 }
-bool CudaAllocator::inherited_through_fork() const {
-  const uint64_t generation = state_generation_.load(std::memory_order_relaxed);
-  return generation != kNoState && made_before_fork(generation);
-}
+bool CudaAllocator::inherited_through_fork() const { return g_forked_after_state.load(std::memory_order_relaxed); }
 DeviceMemory& CudaAllocator::memory(int device) { return state(device).memory; }
 std::shared_ptr<CachingAllocator> CudaAllocator::caching(int device) {
   return std::dynamic_pointer_cast<CachingAllocator>(memory(device).main());
@@ -204,18 +211,18 @@ void* CudaAllocator::malloc_on(size_t size, int device, cudaStream_t stream) {
   // May take the GIL: no lock of ours is held.
   const c10cca::CreateContextFn recorder = context_recorder_.load(std::memory_order_acquire);
   std::shared_ptr<c10::GatheredContext> context = recorder ? recorder() : nullptr;
-  t_context = context;
+  if (context) t_context = context;  // t_context is null whenever no context is gathered
   void* ptr = nullptr;
   try {
     ptr = s.memory.allocate(size, to_stream(stream), t_thread_allocators.empty() ? nullptr : thread_allocator(device));
   } catch (const OutOfMemory& e) {
-    t_context.reset();
+    if (context) t_context.reset();
     raise_out_of_memory(device, e);
   } catch (...) {
-    t_context.reset();
+    if (context) t_context.reset();
     throw;
   }
-  t_context.reset();
+  if (context) t_context.reset();
   if (context) contexts_.set_block(reinterpret_cast<uintptr_t>(ptr), std::move(context));
   return ptr;
 }

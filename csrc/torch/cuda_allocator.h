@@ -40,9 +40,9 @@
 // Device state made before install() (torchmem.cuda.caching_allocator())
 // takes the installed config. The allocator lives for the whole process.
 //
-// Fork: a child forked after this process used CUDA through torchmem (its
-// first device state was made in an earlier fork_generation(), see
-// core/fork_safety.h) must not use CUDA, as with PyTorch. In such a child
+// Fork: a child forked after this process used CUDA through torchmem (after
+// its first device state was made: a pthread_atfork child handler registered
+// then marks the child) must not use CUDA, as with PyTorch. In such a child
 // allocation throws, and frees of the parent's CUDA tensors are dropped
 // before any lock or CUDA call (the memory belongs to the parent's context).
 //
@@ -202,8 +202,6 @@ class CudaAllocator final : public torch::cuda::CUDAPluggableAllocator::CUDAPlug
   std::array<std::atomic<DeviceState*>, kMaxDevices> devices_{};  // written once each, never freed
   std::array<std::once_flag, kMaxDevices> device_once_;
   std::atomic<int> device_limit_{0};  // 1 + the highest index with a state
-  static constexpr uint64_t kNoState = ~uint64_t(0);
-  std::atomic<uint64_t> state_generation_{kNoState};  // fork_generation() when the first device state was made
   std::mutex observers_mutex_;
   std::vector<c10cca::OutOfMemoryObserver> oom_observers_;   // PyTorch's (attachOutOfMemoryObserver)
   OomObservers note_observers_;                              // torchmem's (oom_observers())
