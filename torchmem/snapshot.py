@@ -254,9 +254,11 @@ def load(path: str | os.PathLike) -> dict:
     missing, of the wrong type, or have unknown values.
     """
     from torchmem.input_files import read_snapshot
+    from torchmem.safe_pickle import gc_paused
 
     path = os.fspath(path)
-    return validate_snapshot(read_snapshot(path), path)
+    with gc_paused():
+        return validate_snapshot(read_snapshot(path), path)
 
 
 def validate_snapshot(data: Any, name: str = "snapshot") -> dict:

@@ -202,9 +202,12 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
         if device is not None:
             raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
         return load_jsonl(path, skip_bad_events)
-    # A replay needs no stacks: the pickle's frames lists are not even built.
-    snapshot = load_snapshot_pickle(path, without_frames=True) if fmt == PICKLE else load_snapshot_json(path)
-    return snapshot_trace(snapshot, path, device, skip_bad_events)
+    from torchmem.safe_pickle import gc_paused
+
+    with gc_paused():  # millions of entries are built and read: see gc_paused
+        # A replay needs no stacks: the pickle's frames lists are not even built.
+        snapshot = load_snapshot_pickle(path, without_frames=True) if fmt == PICKLE else load_snapshot_json(path)
+        return snapshot_trace(snapshot, path, device, skip_bad_events)
 
 
 def write_jsonl(trace: Trace, path: str) -> int:

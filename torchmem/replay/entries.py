@@ -10,8 +10,10 @@ LIVE_STATES = ("active_allocated", "active_pending_free")
 INT_LIMIT = 2**62  # addresses and sizes: a sum of two stays below 2**63
 
 
-def int_field(entry: dict, key: str, where: str) -> int:
+def int_field(entry: dict, key: str, where: object) -> int:
     value = entry.get(key)
+    if type(value) is int and 0 <= value < INT_LIMIT:  # the common case, first
+        return value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         from torchmem.input_files import short_repr
 

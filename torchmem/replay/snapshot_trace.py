@@ -170,6 +170,21 @@ class _Columns:
             hi = lo + CHUNK
             yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
+class _Where:
+    """'FILE: device D entry I', made when an error message needs it."""
+
+    __slots__ = ("builder", "i")
+
+    def __init__(self, builder: "_Builder", i: int) -> None:
+        self.builder, self.i = builder, i
+
+    def __str__(self) -> str:
+        return self.builder.where(self.i)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
 class _Builder:
     """One pass over a device's trace entries; see the module docstring."""
 
@@ -274,7 +289,7 @@ class _Builder:
             del exc
 
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
-        where = self.where(i)
+        where = _Where(self, i)  # written out only in an error: a million f-strings cost half a second
         if action == "snapshot" or (action.startswith("free") and action != free_action):
             return
         size = int_field(entry, "size", where)
