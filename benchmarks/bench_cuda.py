@@ -4,6 +4,12 @@ Workloads, each run in its own interpreter per allocator (PyTorch allows one
 allocator swap per process):
   empty_del  torch.empty / del over mixed sizes (512 B .. 64 MiB, a window of
              live tensors), the allocator's own cost;
+  size_classes  torch.empty / del at once, cycling through one size of each
+             class (512 B, 64 KiB, 1 MiB small pool; 4 MiB, 9 MiB in 20 MiB
+             segments; 30 MiB, 100 MiB large): the cached hot path alone;
+  empty_del_rs  empty_del where every other tensor is used on a side stream
+             (record_stream) before it is freed: an event per such free,
+             queried at later allocations;
   gpt2       a GPT-2-sized (124M: 12 layers, hidden 768) training step in
              bf16 autocast, batch 8, with a different sequence length each
              step (128 .. 1024), the case that fragments; built from torch.nn.
@@ -16,6 +22,10 @@ torch.cuda.memory._record_memory_history, dumped (_dump_snapshot) next to the
 results and replayed exactly through torchmem's simulator (`torchmem replay`'s
 engine): every allocation at its native address, the final segments block by
 block. --budget stops starting runs that would not end in time.
+
+On the fake GPU (python -m torchmem.fakegpu -- python benchmarks/bench_cuda.py)
+kernels are skipped, so a step's time is the CPU's: PyTorch's dispatch and the
+allocator, native's or torchmem's. gpt2 needs cuBLAS and is left out there.
 
     python benchmarks/bench_cuda.py --out out/bench_cuda        # all, about 2 minutes on an H200
     python benchmarks/bench_cuda.py --child gpt2 native --json r.json   # one run
@@ -31,7 +41,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("empty_del", "gpt2")
+WORKLOADS = ("empty_del", "size_classes", "empty_del_rs", "gpt2")
+FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
+FAKE_GPU_WORKLOADS = ("empty_del", "size_classes", "empty_del_rs")  # gpt2 needs cuBLAS
 ALLOCATORS = ("native", "torchmem")
 
 
@@ -51,6 +63,37 @@ def empty_del(torch, steps: int = 30, ops_per_step: int = 2000, seed: int = 0):
             else:
                 size = int(2 ** rng.uniform(9, 26))  # 512 B .. 64 MiB, log-uniform
                 live.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        yield
+    live.clear()
+
+
+def size_classes(torch, steps: int = 30, ops_per_step: int = 2000):
+    """Yields once per step; each step allocates and at once frees ops_per_step tensors."""
+    sizes = (512, 64 << 10, 1 << 20, 4 << 20, 9 << 20, 30 << 20, 100 << 20)
+    for _ in range(steps):
+        for i in range(ops_per_step):
+            t = torch.empty(sizes[i % len(sizes)], dtype=torch.uint8, device="cuda")
+            del t
+        yield
+
+
+def empty_del_rs(torch, steps: int = 30, ops_per_step: int = 2000, seed: int = 0):
+    """empty_del with every other tensor recorded on a side stream before its free."""
+    import random
+
+    rng = random.Random(seed)
+    side = torch.cuda.Stream()
+    live: list = []
+    for _ in range(steps):
+        for i in range(ops_per_step):
+            if live and (len(live) >= 64 or rng.random() < 0.45):
+                live.pop(rng.randrange(len(live)))
+            else:
+                size = int(2 ** rng.uniform(9, 26))
+                t = torch.empty(size, dtype=torch.uint8, device="cuda")
+                if i % 2:
+                    t.record_stream(side)
+                live.append(t)
         yield
     live.clear()
 
@@ -131,7 +174,8 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
 
     if record:
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
-    steps = {"empty_del": empty_del, "gpt2": gpt2}[workload](torch, **({"steps": steps} if steps else {}))
+    steps = {"empty_del": empty_del, "size_classes": size_classes, "empty_del_rs": empty_del_rs,
+             "gpt2": gpt2}[workload](torch, **({"steps": steps} if steps else {}))
     times = []
     for i, _ in enumerate(iter(lambda: None, 0)):
         torch.cuda.synchronize()
@@ -341,13 +385,14 @@ def main() -> int:
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "ALLOCATOR"))
     p.add_argument("--json", help="child: where to write the result")
     p.add_argument("--record", help="child: record history and dump the snapshot here")
-    p.add_argument("--steps", type=int, default=None, help="child: steps of the workload (default: the workload's)")
+    p.add_argument("--steps", type=int, default=None, help="steps of each timed run (default: the workload's)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=int, default=150, help="seconds per run")
     p.add_argument("--rounds", type=int, default=2, help="native / torchmem pairs per workload, alternating")
     p.add_argument("--record-steps", type=int, default=10, help="steps of each recorded native run")
     p.add_argument("--budget", type=float, default=None, help="seconds for everything; runs that would not fit are skipped")
-    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--workloads", default=",".join(FAKE_GPU_WORKLOADS if FAKE_GPU else WORKLOADS))
+    p.add_argument("--no-history", action="store_true", help="skip the recorded native runs and their replays")
     args = p.parse_args()
 
     if args.child:
@@ -389,7 +434,7 @@ def main() -> int:
             print(f"bench_cuda: skipped {label}: {budget.left():.0f} s left", flush=True)
             return None
         r = spawn(workload, allocator, args.out, record, budget.timeout(args.timeout), tag,
-                  steps=args.record_steps if record else None)
+                  steps=args.record_steps if record else args.steps)
         budget.done(workload + ("_history" if record else ""), r)
         shown = {k: v for k, v in r.items() if k != "error"} | ({"error": r["error"][-300:]} if "error" in r else {})
         print(json.dumps(shown), flush=True)
@@ -403,7 +448,7 @@ def main() -> int:
                 if r is not None:
                     results.append(dict(r, round=rnd))
                     save()
-        if rnd == 1:
+        if rnd == 1 and not args.no_history:
             for w in workloads:
                 r = run(w, "native", record=True)
                 if r is not None:
