@@ -1,0 +1,352 @@
+"""The scenarios of tests/test_replay_exact.py, recorded by PyTorch's own allocator instead of torchmem's.
+
+The CPU tier's replay tests replay snapshots that torchmem's allocator wrote
+(tests/replay_recording.py), so a rule torchmem gets wrong both when it
+records and when it replays cannot fail them. Here each scenario runs as an
+oracle workload (ops: torchmem/fakegpu/oracle_child.py) under PyTorch's
+native caching allocator on the fake GPU, and torchmem's replay of the native
+snapshot, given no hints, must reproduce it: every entry of the trace at its
+native address, the final segments block by block and PyTorch's statistics
+(oracle.compare returns []), plus what each scenario is about (the start
+state rebuilt, the OOM reproduced, the releases made, ...). Where the replay
+is known to differ, the test is xfail(strict=True) and names what differs.
+
+All workloads run once, in one fixture (one process per setting).
+"""
+from __future__ import annotations
+
+import copy
+import pickle
+import random
+
+import pytest
+
+from torchmem import sim
+from torchmem.fakegpu import oracle
+from torchmem.traces import TraceError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def mixed(seed: int, steps: int, streams: int = 1, empty_cache_every: int = 0, large: float = 0.3) -> list:
+    """tests/replay_recording.random_workload as oracle ops: mixed sizes, random frees, ids never reused."""
+    rng = random.Random(seed)
+    live: list[int] = []
+    ops: list = []
+    next_id = 0
+    for step in range(steps):
+        if empty_cache_every and step and step % empty_cache_every == 0:
+            ops.append(["e"])
+        if live and rng.random() < 0.45:
+            ops.append(["f", live.pop(rng.randrange(len(live)))])
+            continue
+        kind = rng.random()
+        if kind < 1 - large:
+            size = rng.choice([4, 512, 1000, 4096, 70_000, 262_144, 1 << 20]) + rng.randrange(512)
+        elif kind < 1 - large / 3:
+            size = rng.randrange(1 << 20, 10 << 20)
+        else:
+            size = rng.randrange(10 << 20, 200 << 20)
+        ops.append(["a", next_id, size, rng.randrange(streams)])
+        live.append(next_id)
+        next_id += 1
+    return ops
+
+
+def record_stream_ops(rounds: int = 40) -> list:
+    """Two streams: each block is made on stream 0, used on stream 1 (held back) and freed at once;
+    its free completes only when stream 1's work does, every fifth round."""
+    ops: list = [["h", 1]]
+    for i in range(rounds):
+        ops += [["a", 2 * i, 3 * MiB, 0], ["a", 2 * i + 1, 3 * MiB, 1], ["u", 2 * i, 1], ["f", 2 * i]]
+        if i % 5 == 4:
+            ops += [["c", 1], ["h", 1]]
+    return ops
+
+
+W = oracle.Workload
+SCENARIOS: dict[str, oracle.Workload] = {}
+FROM_EMPTY = ["", "max_split_size_mb:64", "roundup_power2_divisions:4", "expandable_segments:True"]
+for _conf in FROM_EMPTY:
+    for _seed in (1, 2):
+        SCENARIOS[f"empty[{_conf}][{_seed}]"] = W(_seed, _conf, 4 * GiB, mixed(_seed, 1500))
+MID_WAY = ["", "max_split_size_mb:64", "roundup_power2_divisions:4"]
+for _conf in MID_WAY:
+    for _cut in (1, 400, 1000):
+        SCENARIOS[f"mid[{_conf}][{_cut}]"] = W(7, _conf, 4 * GiB, mixed(7, 1800, empty_cache_every=700),
+                                              record_at=_cut)
+# A job that dies of its OOM: large requests until one fails, and nothing after it.
+_ops = mixed(3, 1500, large=0.5)
+SCENARIOS["oom"] = W(3, "", 4 * GiB, _ops + [["o", 4 * GiB, 0]])
+SCENARIOS["oom-mid"] = W(3, "", 4 * GiB, _ops + [["o", 4 * GiB, 0]], record_at=500)
+# A program that catches its OOMs and goes on.
+SCENARIOS["caught"] = W(11, "", 1 * GiB, mixed(11, 2500, large=0.5))
+SCENARIOS["caught-mid"] = W(11, "", 1 * GiB, mixed(11, 2500, large=0.5), record_at=800)
+# An OOM under a memory fraction: the card had room.
+SCENARIOS["fraction"] = W(3, "", 8 * GiB, mixed(3, 2500, large=0.5) + [["o", 3 * GiB, 0]], fraction=0.3)
+SCENARIOS["empty_cache"] = W(5, "", 4 * GiB, mixed(5, 2000, empty_cache_every=300))
+SCENARIOS["record_stream"] = W(0, "", 1 * GiB, record_stream_ops())
+SCENARIOS["expandable-empty_cache"] = W(6, "expandable_segments:True", 4 * GiB,
+                                        mixed(6, 2000, empty_cache_every=400))
+for _seed, _every in ((6, 0), (8, 300)):
+    for _cut in (300, 1200):
+        SCENARIOS[f"expandable-mid[{_seed}][{_cut}]"] = W(_seed, "expandable_segments:True", 4 * GiB,
+                                                         mixed(_seed, 2000, empty_cache_every=_every), record_at=_cut)
+for _card in (24, 40):
+    SCENARIOS[f"expandable-card[{_card}]"] = W(3, "expandable_segments:True", _card * GiB, mixed(3, 2000, streams=2))
+SCENARIOS["expandable-one-range"] = W(0, "expandable_segments:True", 24 * GiB,
+                                      [["a", i, 4096 * (i % 200 + 1), 0] for i in range(600)]
+                                      + [["f", i] for i in range(0, 600, 3)])
+CONF_STRING = ["max_split_size_mb:64,max_non_split_rounding_mb:128", "large_segment_size_mb:64",
+               "expandable_segments:True,large_segment_size_mb:64"]
+for _conf in CONF_STRING:
+    SCENARIOS[f"conf-string[{_conf}]"] = W(5, _conf, 8 * GiB, mixed(5, 2000, large=0.6))
+# tests/test_caching_rules.py::test_split_segments_are_not_released_on_retry, under PyTorch's allocator.
+SCENARIOS["retry"] = W(0, "", 60 * MiB, [["a", 0, 2 * MiB, 0]] + [["a", i, 12 * MiB, 0] for i in (1, 2, 3)]
+                       + [["f", 1], ["f", 2], ["f", 3], ["a", 4, 30 * MiB, 0]])
+
+
+# Scenarios whose replay differs from PyTorch's allocator: what differs.
+TIE_BY_AGE = ("torch 2.14.1 ties equal free blocks by their segment's age before their address (reuse_order:segment, "
+              "commit 1ebf3de); the replay of a native snapshot ties by address, so once a segment released by "
+              "empty_cache() or an OOM's retry is made again lower down, a small block lands elsewhere (with "
+              "conf=reuse_order:segment the replay is exact)")
+RANGE = ("expandable-range-placement (torchmem/fakegpu/deviations.py): the replay reserves the expandable range at "
+         "another address than PyTorch, so pages map or unmap elsewhere")
+DIVERGES = {
+    "caught": TIE_BY_AGE,
+    "caught-mid": TIE_BY_AGE,
+    "empty_cache": TIE_BY_AGE,
+    "fraction": "fraction-limit (torchmem/fakegpu/deviations.py): the replay does not know the memory fraction's "
+                "limit, and grants a request that PyTorch refused under it",
+    "record_stream": "allocated_bytes.all.peak: PyTorch stops counting a block as allocated when its free is "
+                     "requested (free(), before the record_stream events complete); the replay counts it until "
+                     "free_completed, so its peak is higher",
+    "expandable-mid[8][300]": RANGE + "; an empty_cache() recorded after the start unmaps other pages (native 20 "
+                                      "MiB, the replay 40 MiB at another address)",
+    "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
+                                       "does not release",
+    "conf-string[expandable_segments:True,large_segment_size_mb:64]": RANGE,
+    "retry": "retry-count (torchmem/fakegpu/deviations.py): with no OOM recorded the replay does not know the card "
+             "was full, so it counts no retry behind the recorded release; PyTorch counted one",
+}
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    """name -> (workload, native snapshot path, PyTorch's report), every scenario run once."""
+    out = tmp_path_factory.mktemp("native")
+    names = list(SCENARIOS)
+    reports = oracle.run_native([SCENARIOS[n] for n in names], out)
+    return {n: (SCENARIOS[n], out / f"{i}.pickle", reports[i]) for i, n in enumerate(names)}
+
+
+def load(path) -> dict:
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def entries(snapshot: dict, action: str) -> list[dict]:
+    return [e for e in snapshot["device_traces"][0] if e["action"] == action]
+
+
+def recorded(native, name: str):
+    """The workload, its native snapshot, the snapshot's path and PyTorch's report."""
+    w, path, report = native[name]
+    assert "error" not in report, report
+    return w, load(path), path, report
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=DIVERGES[n]))
+                                  if n in DIVERGES else n for n in SCENARIOS])
+def test_native_scenario_replays_exactly(native, name):
+    """Every trace entry at its native address, the final segments block by block, PyTorch's statistics."""
+    w, _, path, report = recorded(native, name)
+    assert oracle.compare(path, report, w) == []
+
+
+# ---------------------------------------------------------------- from empty, mid-way
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("conf", FROM_EMPTY)
+def test_trace_from_empty_replays_address_by_address(native, conf, seed):
+    w, snap, path, _ = recorded(native, f"empty[{conf}][{seed}]")
+    assert snap["allocator_settings"]["expandable_segments"] == ("expandable_segments" in conf)
+    result = sim.replay(str(path))
+    assert result.conf_source == "recorded" and sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    assert result.exact and result.fidelity["placements_matched"] == len(entries(snap, "alloc"))
+
+
+@pytest.mark.parametrize("cut", [1, 400, 1000])
+@pytest.mark.parametrize("conf", MID_WAY)
+def test_run_recorded_mid_way_starts_from_the_rebuilt_state(native, conf, cut):
+    w, snap, path, _ = recorded(native, f"mid[{conf}][{cut}]")
+    result = sim.replay(str(path))
+    assert result.start is not None and result.start.segments, "memory was live when recording began"
+    assert result.exact
+    # The start state's reserved bytes: the final segments with the trace's segment changes undone.
+    final = sum(s["total_size"] for s in snap["segments"])
+    made = (sum(e["size"] for e in entries(snap, "segment_alloc"))
+            - sum(e["size"] for e in entries(snap, "segment_free")))
+    assert result.start.reserved == final - made
+
+
+def test_mid_run_without_the_start_state_would_not_be_exact(native, tmp_path):
+    """The comparison can fail: the native trace, starting empty, is refused or lands elsewhere."""
+    _, snap, _, _ = recorded(native, "mid[][1000]")
+    path = tmp_path / "emptied.pickle"
+    path.write_bytes(pickle.dumps(dict(snap, segments=[])))
+    with pytest.raises(TraceError, match="lies in no segment|final segments show no live block"):
+        sim.replay(str(path))
+    lost = sim.replay(str(path), skip_bad_events=True)
+    assert not lost.exact and lost.fidelity["placements_differed"] > 0
+
+
+# ---------------------------------------------------------------- OOMs
+
+
+@pytest.mark.parametrize("name", ["oom", "oom-mid"])
+def test_oom_is_reproduced_with_the_inferred_capacity(native, name):
+    w, snap, path, report = recorded(native, name)
+    ooms = entries(snap, "oom")
+    assert len(ooms) == 1 and snap["device_traces"][0][-1]["action"] == "oom" and report["oom_caught"] == 1
+    result = sim.replay(str(path))
+    assert result.capacity_source == "oom" and not result.completed
+    assert result.oom["recorded"] and result.recorded_oom["reproduced"]
+    assert result.recorded_oom["replay_reserved"] == result.recorded_oom["reserved"]
+    # A bigger card completes the trace: the failed request succeeds.
+    bigger = sim.replay(str(path), capacity="16GiB")
+    assert bigger.completed and bigger.fidelity["failed_alloc_succeeded"] is not None
+    assert not bigger.recorded_oom["reproduced"]
+
+
+@pytest.mark.parametrize("name", ["caught", "caught-mid"])
+def test_a_program_that_catches_its_ooms_is_replayed_past_each(native, name):
+    w, snap, path, report = recorded(native, name)
+    trace = snap["device_traces"][0]
+    oom_entries = [i for i, e in enumerate(trace) if e["action"] == "oom"]
+    assert len(oom_entries) > 50 and report["oom_caught"] >= len(oom_entries)
+    result = sim.replay(str(path))
+    assert [o["entry"] for o in result.recorded_ooms] == oom_entries
+    assert all(o["reproduced"] for o in result.recorded_ooms)
+    assert result.completed == any(e["action"] == "alloc" for e in trace[oom_entries[-1]:])
+
+
+def test_an_oom_under_a_memory_fraction_is_reproduced(native):
+    w, snap, path, _ = recorded(native, "fraction")
+    oom = entries(snap, "oom")[0]
+    assert oom["device_free"] > 4 * GiB  # the card had room: the fraction refused
+    result = sim.replay(str(path))
+    assert result.capacity_source == "oom_limit"
+    assert int(0.3 * 8 * GiB) // (2 * MiB) * (2 * MiB) <= result.capacity < result.recorded_oom["reserved"] + 200 * MiB
+    assert result.recorded_oom["reproduced"]
+
+
+# ---------------------------------------------------------------- empty_cache, streams
+
+
+def test_empty_cache_calls_are_replayed(native):
+    w, snap, path, _ = recorded(native, "empty_cache")
+    trace = snap["device_traces"][0]
+    releases = sum(e["action"] == "segment_free" for e in trace)
+    calls = sum(1 for a, b in zip(trace, trace[1:]) if b["action"] == "segment_free" and a["action"] != "segment_free")
+    assert 3 <= calls <= sum(op == ["e"] for op in w.ops)  # a call with nothing cached leaves no entry
+    result = sim.replay(str(path))
+    assert result.recorded.empty_cache_calls == calls
+    assert result.fidelity["releases_made"] == releases and result.fidelity["releases_missed"] == 0
+
+
+def test_frees_take_effect_at_free_completed(native, tmp_path):
+    """record_stream on a held stream: PyTorch's free is requested at once and completes late."""
+    w, snap, path, _ = recorded(native, "record_stream")
+    trace = snap["device_traces"][0]
+    assert len({e["stream"] for e in entries(snap, "alloc")}) == 2
+    requested, late = {}, 0
+    for i, e in enumerate(trace):
+        if e["action"] == "free_requested":
+            requested[e["addr"]] = i
+        elif e["action"] == "free_completed":
+            late += any(x["action"] == "alloc" for x in trace[requested.pop(e["addr"]):i])
+    assert late >= 20  # the scenario is real: allocations come between a free's request and its completion
+    result = sim.replay(str(path))
+    assert result.exact  # every placement (its statistics: see DIVERGES)
+    # Freeing at free_requested instead reuses blocks too early, and the replay lands elsewhere.
+    early = copy.deepcopy(snap)
+    early["device_traces"][0] = [e for e in trace if e["action"] != "free_completed"]
+    (tmp_path / "early.pickle").write_bytes(pickle.dumps(early))
+    assert sim.replay(str(tmp_path / "early.pickle"), skip_bad_events=True).fidelity["placements_differed"] > 0
+
+
+# ---------------------------------------------------------------- expandable segments
+
+
+def test_expandable_segments_with_empty_cache_unmaps_the_same_pages(native):
+    w, snap, path, _ = recorded(native, "expandable-empty_cache")
+    unmaps = entries(snap, "segment_unmap")
+    assert unmaps and entries(snap, "segment_map")
+    result = sim.replay(str(path))
+    assert result.exact and result.fidelity["releases_made"] == len(unmaps)
+
+
+@pytest.mark.parametrize("cut", [300, 1200])
+@pytest.mark.parametrize("seed", [6, 8])
+def test_expandable_segments_begun_mid_run_rebuild_their_ranges(native, seed, cut):
+    w, snap, path, _ = recorded(native, f"expandable-mid[{seed}][{cut}]")
+    result = sim.replay(str(path))
+    assert result.start.ranges and result.start.reserved > 0
+    # The pages mapped when recording began: the final ones with the trace's maps and unmaps undone.
+    final = sum(b["size"] for s in snap["segments"] for b in s["blocks"])
+    maps = sum(e["size"] for e in entries(snap, "segment_map")) - sum(e["size"] for e in entries(snap, "segment_unmap"))
+    assert result.start.reserved == final - maps
+
+
+@pytest.mark.parametrize("card", [24, 40])
+def test_expandable_card_size_is_inferred_from_the_recorded_ranges(native, card):
+    w, snap, path, _ = recorded(native, f"expandable-card[{card}]")
+    result = sim.replay(str(path))
+    assert result.capacity_source == "expandable"
+    assert abs(result.capacity - card * GiB) <= 20 * MiB
+    assert result.exact
+    assert not sim.replay(str(path), capacity="80GiB").exact  # the inference matters
+
+
+def test_one_expandable_range_keeps_the_default_capacity(native):
+    w, snap, path, _ = recorded(native, "expandable-one-range")
+    result = sim.replay(str(path))
+    assert result.capacity_source == "default" and result.capacity == 80 * GiB and result.exact
+
+
+# ---------------------------------------------------------------- settings, retries
+
+
+@pytest.mark.parametrize("conf", CONF_STRING)
+def test_settings_without_a_field_come_from_the_recorded_conf_string(native, conf, tmp_path):
+    w, snap, path, _ = recorded(native, f"conf-string[{conf}]")
+    result = sim.replay(str(path))
+    assert sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    # They matter: without them the same trace is placed elsewhere.
+    dropped = dict(snap, allocator_settings=dict(snap["allocator_settings"], PYTORCH_CUDA_ALLOC_CONF=""))
+    (tmp_path / "dropped.pickle").write_bytes(pickle.dumps(dropped))
+    assert not sim.replay(str(tmp_path / "dropped.pickle"), capacity=w.card).exact
+
+
+def test_split_segments_are_not_released_on_retry(native):
+    """tests/test_caching_rules.py's case under PyTorch's allocator: one retry frees the two whole segments."""
+    w, snap, path, report = recorded(native, "retry")
+    stats = report["stats"]
+    assert stats["num_alloc_retries"] == 1 and stats["num_device_free"] == 2 and stats["num_device_alloc"] == 4
+    assert sorted(s["total_size"] for s in snap["segments"]) == [20 * MiB, 30 * MiB]
+    assert [e["size"] for e in entries(snap, "segment_free")] == [12 * MiB, 12 * MiB]
+    result = sim.replay(str(path))
+    assert result.exact and result.stats["num_device_free"] == 2  # its retry count: see DIVERGES
+
+
+@pytest.mark.parametrize("name", [n for n, why in DIVERGES.items() if why is TIE_BY_AGE])
+def test_the_tie_by_segment_age_is_what_differs(native, name):
+    """What DIVERGES says of these: replayed tying free blocks by segment age, as 2.14.1 does, they are exact."""
+    w, snap, path, _ = recorded(native, name)
+    assert not sim.replay(str(path)).exact
+    aged = sim.replay(str(path), conf=",".join(filter(None, [w.conf, "reuse_order:segment"])), follow_recording=True)
+    assert aged.exact and aged.fidelity["placements_matched"] == len(entries(snap, "alloc"))
