@@ -310,15 +310,24 @@ def test_miss_releases_all_cached_segments_and_retries_once():
 
 
 def test_split_segments_are_not_released_on_retry():
-    # release_blocks frees only blocks with no prev and no next. 20 (split) + 3 x 12 = 56 MiB reserved;
-    # 56 + 30 > 60 fails; the three 12 MiB segments go; 20 + 30 = 50 fits and the split one stays.
+    """Native counterpart: tests/fakegpu/test_replay_native_scenarios.py (the same ops under PyTorch's allocator)."""
+    # release_blocks frees only blocks with no prev and no next. The 2 MiB block takes a 20 MiB segment
+    # (kLargeBuffer); the first 12 MiB block is split from its free 18 MiB, the other two get segments of
+    # their own: 20 + 2 x 12 = 44 MiB reserved. 44 + 30 > 60 fails; release_cached_blocks frees the two
+    # whole 12 MiB segments and alloc_block(isRetry=true) counts one retry; 20 + 30 = 50 fits, and the
+    # split segment, whose free 18 MiB has a live neighbour, stays.
     a = sim_allocator(capacity=60 * MiB)
     keep = alloc(a, 2 * MiB)
     spare = [alloc(a, 12 * MiB) for _ in range(3)]
+    assert spare[0] == keep + 2 * MiB and sorted(segment_sizes(a)) == [12 * MiB, 12 * MiB, 20 * MiB]
     for p in spare:
         free(a, p)
+    assert a.stats()["num_alloc_retries"] == 0
     alloc(a, 30 * MiB)
-    assert 20 * MiB in segment_sizes(a)
+    stats = a.stats()
+    assert stats["num_alloc_retries"] == 1  # the retry: the first device allocation failed
+    assert stats["num_device_free"] == 2 and stats["num_device_alloc"] == 4
+    assert sorted(segment_sizes(a)) == [20 * MiB, 30 * MiB]
     assert a.owns(keep)
 
 

@@ -3,8 +3,12 @@
 Snapshots are written by torchmem's own allocator in PyTorch's format
 (tests/replay_recording.py), cut to begin mid-run, and replayed; the replay
 must put every allocation at its recorded address and end in the recorded
-final segments. tests/test_native_fixtures.py does the same against
-decisions PyTorch's allocator made on real GPUs.
+final segments. A recording torchmem wrote cannot catch a rule torchmem gets
+wrong both ways: tests/fakegpu/test_replay_native_scenarios.py records the
+same scenarios with PyTorch's own allocator on the fake GPU and holds the
+replay to those (each test here names its counterpart).
+tests/test_native_fixtures.py does the same against decisions PyTorch's
+allocator made on real GPUs.
 """
 import pickle
 import subprocess
@@ -40,6 +44,7 @@ def assert_exact(result, snapshot, device=0):
 @pytest.mark.parametrize("conf", ["", "max_split_size_mb:64", "roundup_power2_divisions:4", "expandable_segments:True"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_trace_from_empty_replays_address_by_address(tmp_path, conf, seed):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     snap = record(random_workload(seed, 2500), conf, capacity=4 * GiB)
     # The card's size: expandable segments reserve 9/8 of it per range, which fixes where the next range begins.
     result = sim.replay(write(tmp_path, snap), capacity="4GiB", history=1 << 20)
@@ -52,6 +57,7 @@ def test_trace_from_empty_replays_address_by_address(tmp_path, conf, seed):
 @pytest.mark.parametrize("conf", ["", "max_split_size_mb:64", "roundup_power2_divisions:4"])
 @pytest.mark.parametrize("cut", [1, 400, 1500, 3000])
 def test_run_recorded_mid_way_starts_from_the_rebuilt_state(tmp_path, conf, cut):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     full = record(random_workload(7, 3000, empty_cache_every=700), conf)
     snap = begin_mid_run(full, cut)
     result = sim.replay(write(tmp_path, snap))
@@ -64,17 +70,31 @@ def test_run_recorded_mid_way_starts_from_the_rebuilt_state(tmp_path, conf, cut)
 
 
 def test_mid_run_without_the_start_state_would_not_be_exact(tmp_path):
-    """The comparison can fail: the same trace, starting empty, lands elsewhere."""
+    """The comparison can fail: the same trace, starting empty, lands elsewhere.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     full = record(random_workload(7, 3000), "")
     snap = begin_mid_run(full, 1500)
     result = sim.replay(write(tmp_path, snap))
     assert_exact(result, snap)
     emptied = dict(snap, segments=[])
+    path = write(tmp_path, emptied, "empty.pickle")
     with pytest.raises(TraceError, match="lies in no segment|final segments show no live block"):
-        sim.replay(write(tmp_path, emptied, "empty.pickle"))
+        sim.replay(path)
+    # Read past the entries that refer to the lost state, the replay runs and lands elsewhere.
+    lost = sim.replay(path, skip_bad_events=True, history=1 << 20)
+    assert not lost.exact
+    assert lost.fidelity["placements_differed"] > 0 and lost.fidelity["first_difference"] is not None
+    recorded = [(e["size"], e["addr"]) for e in snap["device_traces"][0] if e["action"] == "alloc"]
+    replayed = [(e["size"], e["addr"]) for e in snapshot_from_replay(lost)["device_traces"][0]
+                if e["action"] == "alloc"]
+    assert [size for size, _ in replayed] == [size for size, _ in recorded]  # the same requests, in order
+    assert sum(a != b for a, b in zip(replayed, recorded)) > len(recorded) // 10  # many of them elsewhere
 
 
 def test_oom_is_reproduced_with_the_inferred_capacity(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     snap = record(random_workload(3, 4000, large=0.5), "", capacity=3 * GiB)
     ooms = [e for e in snap["device_traces"][0] if e["action"] == "oom"]
     assert len(ooms) == 1 and "device_free" in ooms[0]
@@ -95,7 +115,10 @@ def test_oom_is_reproduced_with_the_inferred_capacity(tmp_path):
 
 @pytest.mark.parametrize("cut", [0, 1200])
 def test_a_program_that_catches_its_ooms_is_replayed_past_each(tmp_path, cut):
-    """Every OOM the program survived is reproduced at its entry, and the trace goes on after it."""
+    """Every OOM the program survived is reproduced at its entry, and the trace goes on after it.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     full = record(random_workload(11, 4000, large=0.5), "", capacity=1 * GiB, catch_oom=True)
     snap = begin_mid_run(full, cut) if cut else full
     entries = snap["device_traces"][0]
@@ -116,7 +139,10 @@ def test_a_program_that_catches_its_ooms_is_replayed_past_each(tmp_path, cut):
 
 @pytest.mark.parametrize("cut", [0, 900])
 def test_an_oom_under_a_memory_fraction_is_reproduced(tmp_path, cut):
-    """The GPU had room (device_free) but a memory fraction refused: the capacity is the most that still refuses."""
+    """The GPU had room (device_free) but a memory fraction refused: the capacity is the most that still refuses.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     full = record(random_workload(3, 4000, large=0.5), "", capacity=8 * GiB, fraction=0.3)
     snap = begin_mid_run(full, cut) if cut else full
     oom_entry = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
@@ -133,6 +159,7 @@ def test_an_oom_under_a_memory_fraction_is_reproduced(tmp_path, cut):
 
 
 def test_empty_cache_calls_are_replayed(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     work = random_workload(5, 2000, empty_cache_every=300)
     snap = record(work, "")
     entries = snap["device_traces"][0]
@@ -155,28 +182,28 @@ def test_empty_cache_calls_are_replayed(tmp_path):
 
 
 def test_frees_take_effect_at_free_completed(tmp_path):
-    """Two streams: a block's free is requested early and completes late (record_stream)."""
+    """Two streams; each free is requested right after its block's alloc and completes later, as a
+    record_stream free does. Self-recorded: torchmem's simulated allocator has no record_stream, so the
+    requests are moved by hand. Native counterpart, with real record_stream and a stream held back:
+    tests/fakegpu/test_replay_native_scenarios.py."""
     work = []
     for i in range(40):
-        work += [("alloc", 2 * i, 3 * MiB, 0), ("alloc", 2 * i + 1, 3 * MiB, 0)]
+        # Even ids on stream 0 are freed a step later; odd ids on stream 1 stay live.
+        work += [("alloc", 2 * i, 3 * MiB, 0), ("alloc", 2 * i + 1, 3 * MiB, 1)]
         if i >= 1:
             work.append(("free", 2 * (i - 1)))
     snap = record(work, "")
     entries = snap["device_traces"][0]
-    # Move each free_requested back to just after the alloc that preceded it by three allocs.
-    moved = []
-    pending = []
-    for e in entries:
-        if e["action"] == "free_requested":
-            pending.append(e)
-            continue
-        moved.append(e)
-    # Requests precede their completion by several entries: put each right after its block's alloc.
-    out = []
+    assert {e["stream"] for e in entries if e["action"] == "alloc"} == {0, 1}
+    # Move each free_requested back to just after its block's alloc; free_completed stays where it was.
+    pending = [e for e in entries if e["action"] == "free_requested"]
     requests = {e["addr"]: [] for e in pending}
     for e in pending:
         requests[e["addr"]].append(e)
-    for e in moved:
+    out = []
+    for e in entries:
+        if e["action"] == "free_requested":
+            continue
         out.append(e)
         if e["action"] == "alloc" and requests.get(e["addr"]):
             out.append(requests[e["addr"]].pop(0))
@@ -186,7 +213,11 @@ def test_frees_take_effect_at_free_completed(tmp_path):
     # Freeing at free_requested instead would reuse blocks too early.
     early = dict(late, device_traces=[[e for e in out if e["action"] != "free_completed"]])
     diverged = sim.replay(write(tmp_path, early, "early.pickle"), skip_bad_events=True)
-    assert diverged.fidelity["placements_differed"] > 0 or diverged.notes
+    assert diverged.fidelity["placements_differed"] > 0 and not diverged.exact
+    # The second stream matters: the same trace with every block on stream 0 is placed elsewhere too.
+    one = dict(late, device_traces=[[dict(e, stream=0) for e in out]],
+               segments=[dict(seg, stream=0) for seg in late["segments"]])
+    assert sim.replay(write(tmp_path, one, "one.pickle"), skip_bad_events=True).fidelity["placements_differed"] > 0
 
 
 def test_two_devices_default_to_the_one_with_an_oom(tmp_path):
@@ -270,6 +301,7 @@ def test_capacity_below_the_start_state_is_a_clear_error(tmp_path):
 
 
 def test_expandable_segments_with_empty_cache_unmaps_the_same_pages(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     snap = record(random_workload(6, 2500, empty_cache_every=400), "expandable_segments:True", capacity=4 * GiB)
     entries = snap["device_traces"][0]
     assert any(e["action"] == "segment_unmap" for e in entries) and any(e["action"] == "segment_map" for e in entries)
@@ -280,6 +312,8 @@ def test_expandable_segments_with_empty_cache_unmaps_the_same_pages(tmp_path):
 
 @pytest.mark.parametrize("seed, empty_cache_every", [(6, 0), (8, 300)])
 def test_expandable_segments_begun_mid_run_replay_exactly(tmp_path, seed, empty_cache_every):
+    """Native counterpart: test_expandable_segments_begun_mid_run_rebuild_their_ranges in
+    tests/fakegpu/test_replay_native_scenarios.py."""
     full = record(random_workload(seed, 2500, empty_cache_every=empty_cache_every), "expandable_segments:True",
                   capacity=4 * GiB)
     for cut in (300, 1200, 2000):
@@ -296,7 +330,10 @@ def test_expandable_segments_begun_mid_run_replay_exactly(tmp_path, seed, empty_
 
 @pytest.mark.parametrize("card_gib, cut", [(24, 0), (24, 1500), (40, 0), (141, 800)])
 def test_expandable_card_size_is_inferred_from_the_recorded_ranges(tmp_path, card_gib, cut):
-    """No OOM and no --capacity: the ranges' spacing tells the card, and the replay stays exact."""
+    """No OOM and no --capacity: the ranges' spacing tells the card, and the replay stays exact.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     full = record(random_workload(3, 3000, streams=2), "expandable_segments:True", capacity=card_gib * GiB)
     snap = begin_mid_run(full, cut) if cut else full
     path = write(tmp_path, snap)
@@ -313,6 +350,7 @@ def test_expandable_card_size_is_inferred_from_the_recorded_ranges(tmp_path, car
 
 
 def test_one_expandable_range_keeps_the_default_capacity(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     small_only = [("alloc", i, 4096 * (i % 200 + 1), 0) for i in range(600)] + [("free", i) for i in range(0, 600, 3)]
     snap = record(small_only, "expandable_segments:True", capacity=24 * GiB)
     result = sim.replay(write(tmp_path, snap))
@@ -339,7 +377,10 @@ def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(tmp_path):
 @pytest.mark.parametrize("conf", ["max_split_size_mb:64,max_non_split_rounding_mb:128",
                                   "large_segment_size_mb:64", "expandable_segments:True,large_segment_size_mb:64"])
 def test_settings_without_a_field_come_from_the_recorded_conf_string(tmp_path, conf):
-    """allocator_settings has no field for these keys: its PYTORCH_CUDA_ALLOC_CONF string gives them."""
+    """allocator_settings has no field for these keys: its PYTORCH_CUDA_ALLOC_CONF string gives them.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     snap = record(random_workload(5, 3000, large=0.6), conf, capacity=8 * GiB)
     result = sim.replay(write(tmp_path, snap), capacity="8GiB")
     assert sim.normalize_conf(result.conf) == sim.normalize_conf(conf)

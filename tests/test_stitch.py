@@ -235,9 +235,22 @@ def test_snapshot_start_state_is_allocated_first(tmp_path):
 
     path.write_bytes(pickle.dumps(snap))
     trace = sim.load_trace(str(path))
-    r = sim.replay(trace, "8GiB", "policy:stitch")
+    r = sim.replay(trace, "8GiB", "policy:stitch", history=100000)
     assert r.completed and r.fidelity is None
-    assert r.stats["allocation"]["all"]["allocated"] >= trace.start.live_blocks
+    # Self-recorded on purpose: policy:stitch is torchmem's own, PyTorch has nothing to record it with.
+    # The start state's live blocks are the policy's first allocations, in order and at their requested
+    # sizes, before the trace's first event (a free: of a block live at the start).
+    start_sizes = [b[2] for seg in trace.start.segments for b in seg.blocks]
+    assert len(start_sizes) == trace.start.live_blocks > 0
+    events = snap["device_traces"][0]
+    assert events[0]["action"].startswith("free")
+    history = r.replayer.history()
+    first_free = next(i for i, e in enumerate(history) if e["action"].startswith("free"))
+    assert [e["size"] for e in history[:first_free] if e["action"] == "alloc"] == start_sizes
+    # Then every request of the trace, the recorded OOM's included (8 GiB holds what 4 GiB refused).
+    requests = sum(e["action"] in ("alloc", "oom") for e in events)
+    assert events[-1]["action"] == "oom"
+    assert r.stats["allocation"]["all"]["allocated"] == len(start_sizes) + requests
     need = sim.min_capacity(trace, "policy:stitch")
     with pytest.raises(ValueError, match="smaller than the memory held"):
         sim.replay(trace, 4 * MiB, "policy:stitch")
