@@ -221,6 +221,7 @@ def test_frees_take_effect_at_free_completed(tmp_path):
 
 
 def test_two_devices_default_to_the_one_with_an_oom(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     a = record(random_workload(11, 800), "", device=0)
     b = record(random_workload(12, 3000, large=0.6), "", capacity=2 * GiB, device=1)
     both = {"segments": a["segments"] + b["segments"],
@@ -239,6 +240,7 @@ def test_two_devices_default_to_the_one_with_an_oom(tmp_path):
 
 
 def test_json_snapshot_reads_like_the_pickle(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     import json
 
     snap = begin_mid_run(record(random_workload(4, 1500), ""), 600)
@@ -249,6 +251,7 @@ def test_json_snapshot_reads_like_the_pickle(tmp_path):
 
 
 def test_other_settings_replay_from_the_same_start_without_following(tmp_path):
+    """Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py."""
     snap = begin_mid_run(record(random_workload(9, 3000), ""), 1000)
     path = write(tmp_path, snap)
     result = sim.replay(path, conf="expandable_segments:True")
@@ -287,6 +290,7 @@ def test_bad_snapshots_name_the_entry(tmp_path, entries, segments, fragment):
 
 
 def test_truncated_snapshot_pickle(tmp_path):
+    # Self-recorded: what is tested is the reading of a damaged file, not a decision of the allocator.
     data = pickle.dumps(record(random_workload(1, 200), ""))
     path = tmp_path / "t.pickle"
     path.write_bytes(data[: len(data) // 2])
@@ -295,6 +299,7 @@ def test_truncated_snapshot_pickle(tmp_path):
 
 
 def test_capacity_below_the_start_state_is_a_clear_error(tmp_path):
+    # Self-recorded: what is tested is the error on a capacity the start state cannot fit in.
     snap = begin_mid_run(record(random_workload(7, 3000), ""), 2000)
     with pytest.raises(ValueError, match="smaller than the memory held when recording began"):
         sim.replay(write(tmp_path, snap), capacity="64MiB")
@@ -359,7 +364,10 @@ def test_one_expandable_range_keeps_the_default_capacity(tmp_path):
 
 
 def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(tmp_path):
-    """No OOM on a 141 GiB card: the default capacity grows to the recording's peak, not an OOM at 80 GiB."""
+    """No OOM on a 141 GiB card: the default capacity grows to the recording's peak, not an OOM at 80 GiB.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     big = [("alloc", i, 10 * GiB, 0) for i in range(10)] + [("free", i) for i in range(10)]
     snap = record(big + random_workload(4, 500), "", capacity=141 * GiB)
     result = sim.replay(write(tmp_path, snap))
@@ -391,6 +399,7 @@ def test_settings_without_a_field_come_from_the_recorded_conf_string(tmp_path, c
 
 
 def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tmp_path):
+    # Hand-made: PyTorch never records two runs of one range 100 GiB apart; the fallback is torchmem's own.
     # Two mapped runs of one stream and pool, 100 GiB apart: no range of 9/8 of an 8 GiB card holds both.
     base = 1 << 44
     segs = [{"address": a, "total_size": 20 * MiB, "stream": 0, "segment_type": "large", "is_expandable": True,
@@ -407,7 +416,10 @@ def test_expandable_range_that_cannot_be_rebuilt_falls_back_to_fixed_segments(tm
 
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
 def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
-    """torch.cuda.memory_snapshot() without _record_memory_history(): segments only, no trace."""
+    """torch.cuda.memory_snapshot() without _record_memory_history(): segments only, no trace.
+
+    Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
+    """
     full = record(random_workload(3, 3000, streams=2), conf, capacity=24 * GiB)
     snap = dict(full, device_traces=[[]])
     path = write(tmp_path, snap)
@@ -422,6 +434,7 @@ def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
 
 
 def test_segments_of_private_pools_are_named_in_the_notes(tmp_path):
+    # Self-recorded, pools set by hand; no native counterpart yet (private pools: issue 26, item 6).
     snap = record(random_workload(3, 600), "", capacity=4 * GiB)
     for seg in snap["segments"]:
         seg["segment_pool_id"] = (0, 0)

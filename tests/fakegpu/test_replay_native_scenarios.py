@@ -16,12 +16,17 @@ All workloads run once, in one fixture (one process per setting).
 from __future__ import annotations
 
 import copy
+import json
 import pickle
 import random
+import subprocess
+import sys
 
 import pytest
 
+from helpers import run_json
 from torchmem import sim
+from torchmem.snapshot import snapshot_from_replay
 from torchmem.fakegpu import oracle
 from torchmem.traces import TraceError
 
@@ -102,6 +107,9 @@ CONF_STRING = ["max_split_size_mb:64,max_non_split_rounding_mb:128", "large_segm
                "expandable_segments:True,large_segment_size_mb:64"]
 for _conf in CONF_STRING:
     SCENARIOS[f"conf-string[{_conf}]"] = W(5, _conf, 8 * GiB, mixed(5, 2000, large=0.6))
+# No OOM on a 141 GiB card, with more than 80 GiB held at once (the fake GPU's memory is never touched).
+SCENARIOS["held-over-80GiB"] = W(4, "", 141 * GiB, [["a", 10_000 + i, 10 * GiB, 0] for i in range(10)]
+                                 + [["f", 10_000 + i] for i in range(10)] + mixed(4, 500))
 # tests/test_caching_rules.py::test_split_segments_are_not_released_on_retry, under PyTorch's allocator.
 SCENARIOS["retry"] = W(0, "", 60 * MiB, [["a", 0, 2 * MiB, 0]] + [["a", i, 12 * MiB, 0] for i in (1, 2, 3)]
                        + [["f", 1], ["f", 2], ["f", 3], ["a", 4, 30 * MiB, 0]])
@@ -136,10 +144,16 @@ DIVERGES = {
 @pytest.fixture(scope="module")
 def native(tmp_path_factory):
     """name -> (workload, native snapshot path, PyTorch's report), every scenario run once."""
-    out = tmp_path_factory.mktemp("native")
-    names = list(SCENARIOS)
-    reports = oracle.run_native([SCENARIOS[n] for n in names], out)
-    return {n: (SCENARIOS[n], out / f"{i}.pickle", reports[i]) for i, n in enumerate(names)}
+    runs = {}
+    # The 141 GiB card runs in a process of its own: run_native starts each process on its largest card, and
+    # Control.set_total changes what cudaMemGetInfo reports but not the device properties' total memory,
+    # from which PyTorch's memory fraction takes its limit (the fraction scenario, 0.3 of an 8 GiB card,
+    # was granted 3 GiB in a process started on 141 GiB).
+    for group in ([n for n in SCENARIOS if n != "held-over-80GiB"], ["held-over-80GiB"]):
+        out = tmp_path_factory.mktemp("native")
+        reports = oracle.run_native([SCENARIOS[n] for n in group], out)
+        runs.update({n: (SCENARIOS[n], out / f"{i}.pickle", reports[i]) for i, n in enumerate(group)})
+    return runs
 
 
 def load(path) -> dict:
@@ -318,6 +332,16 @@ def test_one_expandable_range_keeps_the_default_capacity(native):
     assert result.capacity_source == "default" and result.capacity == 80 * GiB and result.exact
 
 
+def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(native):
+    """No OOM on a 141 GiB card: the default capacity grows to the recording's peak, not an OOM at 80 GiB."""
+    w, snap, path, report = recorded(native, "held-over-80GiB")
+    peak = report["stats"]["reserved_bytes.all.peak"]
+    assert peak > 100 * GiB and not entries(snap, "oom")
+    result = sim.replay(str(path))
+    assert result.capacity_source == "default" and result.capacity == peak
+    assert result.completed and result.oom is None and result.exact
+
+
 # ---------------------------------------------------------------- settings, retries
 
 
@@ -350,3 +374,100 @@ def test_the_tie_by_segment_age_is_what_differs(native, name):
     assert not sim.replay(str(path)).exact
     aged = sim.replay(str(path), conf=",".join(filter(None, [w.conf, "reuse_order:segment"])), follow_recording=True)
     assert aged.exact and aged.fidelity["placements_matched"] == len(entries(snap, "alloc"))
+
+
+# ---------------------------------------------------------------- the snapshot's form, the settings replayed
+
+
+def test_json_snapshot_reads_like_the_pickle(native, tmp_path):
+    w, snap, path, report = recorded(native, "mid[][400]")
+    as_json = tmp_path / "snap.json"
+    as_json.write_text(json.dumps(snap))
+    trace = snap["device_traces"][0]
+    result = sim.replay(str(as_json), history=len(trace) + 1000)
+    assert result.exact and result.start is not None
+    assert oracle._entries(snapshot_from_replay(result)["device_traces"][0]) == oracle._entries(trace)
+    assert oracle._layout(result.segments) == oracle._layout(snap["segments"])
+
+
+def test_other_settings_replay_from_the_same_start_without_following(native):
+    w, snap, path, _ = recorded(native, "mid[][1000]")
+    result = sim.replay(str(path), conf="expandable_segments:True")
+    assert result.fidelity is None and not result.exact
+    assert result.start.reserved > 0
+    result.replayer.check_invariants()
+
+
+# ---------------------------------------------------------------- recorded by a script: several devices, no history
+
+MIXED_SCRIPT = """
+import json, pickle, random, sys, torch
+def mixed(seed, steps, device, large=0.3):
+    rng, live, n = random.Random(seed), {}, 0
+    for _ in range(steps):
+        if live and rng.random() < 0.45:
+            live.pop(rng.choice(list(live)))
+            continue
+        kind = rng.random()
+        size = (rng.choice([4, 512, 70_000, 1 << 20]) + rng.randrange(512) if kind < 1 - large
+                else rng.randrange(1 << 20, 10 << 20) if kind < 1 - large / 3 else rng.randrange(10 << 20, 200 << 20))
+        try:
+            live[n] = torch.empty(size, dtype=torch.uint8, device=device)
+        except torch.OutOfMemoryError:
+            return live, True
+        n += 1
+    return live, False
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
+def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
+    """torch.cuda.memory_snapshot() without _record_memory_history(): segments only, no trace."""
+    path = tmp_path / "snap.pickle"
+    live = run_json(MIXED_SCRIPT + f"""
+live, _ = mixed(3, 2000, "cuda")
+snap = torch.cuda.memory._snapshot()
+pickle.dump(snap, open({str(path)!r}, "wb"))
+print(json.dumps(sum(t.numel() for t in live.values())))
+""", card="24GiB", env={"PYTORCH_CUDA_ALLOC_CONF": conf})
+    snap = load(path)
+    assert all(not t for t in snap["device_traces"]) and snap["segments"]
+    result = sim.replay(str(path))
+    assert result.completed and result.events == 0
+    # What PyTorch held: its blocks are the requests rounded; the replay holds the same blocks.
+    held = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+    assert held >= live and result.stats["allocated_bytes"]["all"]["current"] == held
+    layout = oracle._layout
+    assert layout(snapshot_from_replay(result)["segments"]) == layout(snap["segments"])
+    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "The snapshot has no trace" in proc.stdout
+
+
+def test_two_devices_default_to_the_one_with_an_oom(tmp_path):
+    path = tmp_path / "snap.pickle"
+    ooms = run_json(MIXED_SCRIPT + f"""
+from torchmem.fakegpu import Control
+Control().set_total(1, "2GiB")
+torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=1_000_000)
+a, oom0 = mixed(11, 800, "cuda:0")
+b, oom1 = mixed(12, 3000, "cuda:1", large=0.6)
+torch.cuda.memory._dump_snapshot({str(path)!r})
+print(json.dumps([oom0, oom1]))
+""", card="80GiB", devices=2)
+    assert ooms == [False, True]
+    snap = load(path)
+    traces = snap["device_traces"]
+    assert len(traces) == 2 and traces[0] and traces[1][-1]["action"] == "oom"
+    assert sum(e["action"] == "oom" for e in traces[0]) == 0
+    result = sim.replay(str(path))
+    assert result.recorded.device == 1 and result.recorded.devices == [(0, len(traces[0])), (1, len(traces[1]))]
+    assert result.recorded_oom["reproduced"] and not result.completed
+    first = sim.replay(str(path), device=0, history=len(traces[0]) + 100)
+    assert first.recorded.device == 0 and first.completed and first.exact
+    replayed = snapshot_from_replay(first)["device_traces"][0]
+    assert oracle._entries(replayed) == oracle._entries(traces[0])
+    assert oracle._layout(first.segments) == oracle._layout(s for s in snap["segments"] if s["device"] == 0)
+    with pytest.raises(TraceError, match="no device 2"):
+        sim.replay(str(path), device=2)
