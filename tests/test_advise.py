@@ -42,6 +42,8 @@ def test_fragmentation_oom_is_avoided_by_another_setting():
 
 
 def test_snapshot_recorded_mid_run_with_an_oom(tmp_path):
+    """Native counterpart: test_advise_on_a_native_snapshot_recorded_mid_run_with_an_oom in
+    tests/fakegpu/test_replay_native_scenarios.py."""
     snap = begin_mid_run(record(random_workload(3, 4000, large=0.5), "", capacity=3 * GiB), 700)
     path = tmp_path / "s.pickle"
     path.write_bytes(pickle.dumps(snap))
@@ -99,7 +101,11 @@ def test_cli_bad_input(tmp_path, capsys, argv, status, fragment):
 
 def test_other_settings_over_a_rebuilt_start_never_corrupt_the_allocator(tmp_path):
     """A start state made under one setting, replayed under others near the OOM (found a crash once:
-    max_split_size_mb released a split block of the rebuilt state as if it were a whole segment)."""
+    max_split_size_mb released a split block of the rebuilt state as if it were a whole segment).
+
+    Native counterpart: test_other_settings_over_a_native_start_never_corrupt_the_allocator in
+    tests/fakegpu/test_replay_native_scenarios.py.
+    """
     from torchmem.replay import candidates
 
     snap = begin_mid_run(record(random_workload(3, 4000, large=0.5), "", capacity=3 * GiB), 700)

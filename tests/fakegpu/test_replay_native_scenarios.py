@@ -471,3 +471,41 @@ print(json.dumps([oom0, oom1]))
     assert oracle._layout(first.segments) == oracle._layout(s for s in snap["segments"] if s["device"] == 0)
     with pytest.raises(TraceError, match="no device 2"):
         sim.replay(str(path), device=2)
+
+
+# ---------------------------------------------------------------- advise, on a native recording
+
+
+def test_advise_on_a_native_snapshot_recorded_mid_run_with_an_oom(native):
+    """tests/test_advise.py::test_snapshot_recorded_mid_run_with_an_oom on PyTorch's recording."""
+    from torchmem.replay import advise
+    from torchmem.replay.advise import GRID
+
+    w, snap, path, _ = recorded(native, "oom-mid")
+    trace = sim.load_trace(str(path))
+    rows = advise(trace, combine=0)
+    assert all(r.capacity == w.card for r in rows)  # the card: reserved + device_free at the OOM
+    recorded_row = next(r for r in rows if r.recorded)
+    assert not recorded_row.completes and recorded_row.min_capacity > w.card
+    for row in rows:
+        assert sim.replay(trace, row.min_capacity, row.conf).completed, row
+        assert not sim.replay(trace, row.min_capacity - GRID, row.conf).completed, row
+
+
+def test_other_settings_over_a_native_start_never_corrupt_the_allocator(native):
+    """tests/test_advise.py's rebuilt-start check, on PyTorch's recording: every replay runs and stays sound."""
+    from torchmem.replay import candidates
+
+    w, snap, path, _ = recorded(native, "oom-mid")
+    trace = sim.load_trace(str(path))
+    # Around the least memory the recorded setting needs (the OOM's request is the whole card, so no
+    # capacity near the card completes): some capacities run out of memory and some complete.
+    need = sim.min_capacity(trace, "")
+    assert trace.start.reserved < need - 300 * MiB
+    outcomes = {}
+    for conf in candidates(""):
+        for capacity in range(need - 300 * MiB, need + 300 * MiB, 26 * MiB):
+            result = sim.replay(trace, capacity, conf)
+            result.replayer.check_invariants()
+            outcomes.setdefault(conf, set()).add(result.completed)
+    assert outcomes[""] == {True, False}
