@@ -336,16 +336,23 @@ note("peaks", [stats["allocated_bytes.all.peak"], stats["reserved_bytes.all.peak
 """
 
 
-def replay_problems(path, capacity: int, peaks: list | None = None) -> list[str]:
-    """What `torchmem replay` of the snapshot at `path` does not reproduce: every
-    allocation at its recorded address, the recorded peaks (allocated,
-    reserved) when given, the final segments block by block. Empty when exact."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", f"{capacity}B",
-                           "--json", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    if proc.returncode != 0:
-        return [f"torchmem replay exited {proc.returncode}: {proc.stderr[-3000:]}"]
-    result = json.loads(proc.stdout)
+def replay_problems(path, capacity: int, peaks: list | None = None, conf: str | None = None) -> list[str]:
+    """What `torchmem replay` of the snapshot at `path` (under `conf` when given,
+    else the snapshot's settings) does not reproduce: every allocation at its
+    recorded address, the recorded peaks (allocated, reserved) when given, the
+    final segments block by block. Empty when exact."""
+    if conf is None:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", f"{capacity}B",
+                               "--json", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                              env=env)
+        if proc.returncode != 0:
+            return [f"torchmem replay exited {proc.returncode}: {proc.stderr[-3000:]}"]
+        result = json.loads(proc.stdout)
+    else:  # the command line's --conf replays another setting; following the recording takes sim.replay
+        r = sim.replay(str(path), capacity=capacity, conf=conf, follow_recording=True)
+        result = {"exact": r.exact, "completed": r.completed, "fidelity": r.fidelity, "peak_allocated": r.peak_allocated,
+                  "peak_reserved": r.peak_reserved, "skipped_events": r.skipped, "notes": list(r.notes)}
     fidelity = result["fidelity"] or {}
     problems = []
     if not (result["exact"] and result["completed"] and fidelity.get("placements_differed") == 0):
@@ -354,7 +361,8 @@ def replay_problems(path, capacity: int, peaks: list | None = None) -> list[str]
         problems.append(f"peaks (allocated, reserved): recorded {list(peaks)}, "
                         f"replay {[result['peak_allocated'], result['peak_reserved']]}")
 
-    replayed = sim.replay(str(path), capacity=capacity)
+    replayed = sim.replay(str(path), capacity=capacity,
+                          **({"conf": conf, "follow_recording": True} if conf is not None else {}))
     with open(path, "rb") as f:
         snapshot = pickle.load(f)
 
@@ -375,11 +383,17 @@ def replay_problems(path, capacity: int, peaks: list | None = None) -> list[str]
 
 def replay_native_history(tmp_path, conf: str) -> None:
     """Record NATIVE_HISTORY_CHILD under PyTorch's allocator (settings `conf`), then
-    replay the dump with `torchmem replay`."""
+    replay the dump with `torchmem replay`, told how this torch orders free
+    blocks of one size (a snapshot does not say: torch 2.14.1 by segment age,
+    then address; 2.11 by address, the replay's default)."""
+    from torchmem.cuda import native_reuse_order
+
     path = tmp_path / "native.pickle"
     native = run_noted(NATIVE_HISTORY_CHILD, conf=conf, install=False, env={"TORCHMEM_TEST_SNAPSHOT": str(path)})
     assert native.returncode == 0 and path.exists(), native.stderr[-3000:]
-    problems = replay_problems(path, native["total"], native["peaks"])
+    order = native_reuse_order()
+    replay_conf = ",".join(c for c in (conf, f"reuse_order:{order}") if c) if order != "address" else None
+    problems = replay_problems(path, native["total"], native["peaks"], replay_conf)
     assert not problems, "\n".join(problems)
 
 

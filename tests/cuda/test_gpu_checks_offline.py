@@ -450,7 +450,9 @@ def test_bench_driver_alternates_records_replays_and_keeps_to_its_budget(tmp_pat
     monkeypatch.setattr(bench, "spawn", fake_spawn)
     monkeypatch.setattr(bench, "replay_comparison", fake_replays)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sys, "argv", ["bench_cuda.py", "--out", str(tmp_path), "--rounds", "2", "--timeout", "60"])
+    # The two workloads of a GPU run (the defaults there; the fake GPU's leave out gpt2).
+    monkeypatch.setattr(sys, "argv", ["bench_cuda.py", "--out", str(tmp_path), "--rounds", "2", "--timeout", "60",
+                                      "--workloads", "empty_del,gpt2"])
     assert bench.main() == 0
     assert [(w, a, r, t) for w, a, r, t, _, _ in calls] == [
         ("empty_del", "native", False, "_round1"), ("empty_del", "torchmem", False, "_round1"),
@@ -475,7 +477,8 @@ def test_bench_driver_alternates_records_replays_and_keeps_to_its_budget(tmp_pat
 
     monkeypatch.setattr(bench, "spawn", slow_spawn)
     monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(sys, "argv", ["bench_cuda.py", "--out", str(tmp_path), "--budget", "100", "--timeout", "60"])
+    monkeypatch.setattr(sys, "argv", ["bench_cuda.py", "--out", str(tmp_path), "--budget", "100", "--timeout", "60",
+                                      "--workloads", "empty_del,gpt2"])
     assert bench.main() == 0
     saved = json.loads((tmp_path / "bench_cuda.json").read_text())
     assert [(w, a, t) for w, a, _, t, _, _ in calls] == [
