@@ -11,6 +11,18 @@
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
 #   REHEARSE=1 PYTHON=/venv/with/cuda/torch/bin/python bash scripts/gpu_check.sh
 #                                                 # no GPU, but every stage runs (GPU tests skip)
+#   FAKEGPU=1 bash scripts/gpu_check.sh           # no GPU: every stage runs on torchmem's fake GPU
+#
+# FAKEGPU=1 runs the whole check on the fake GPU (fakegpu/, torchmem.fakegpu):
+# PyTorch's CUDA build on a fake CUDA runtime, its real caching allocator and
+# torchmem's real glue on host memory. It builds the fake GPU (make fakegpu)
+# and torchmem into build/cuda-TORCHVERSION (FAKEGPU_BUILD; the in-tree
+# extension is left alone, it may be another torch's), loads that build
+# through TORCHMEM_EXT_DIR, and runs every stage with the fake runtime
+# preloaded. PYTHON defaults to .venv-cuda/bin/python there. Kernels do not
+# run on the fake GPU: checks of computed values skip (they say so), and the
+# benchmark's step times are the CPU's (PyTorch's dispatch and the
+# allocator), not a GPU's.
 #
 # Leaves at most 5 files in $OUT: summary.txt (what was printed), logs.tar.gz
 # (every stage's log, the JUnit XML, env.txt, the benchmark's runs; packed
@@ -24,12 +36,17 @@
 # (default: nvcc's prefix, else /usr/local/cuda), BUDGET_S (default 460: the
 # whole run, so it ends within 8 minutes; each stage also has its own cap),
 # TEST_WORKERS (default 6: pytest-xdist workers for tests/cuda, where it is
-# installed). Exit status: 0 when every stage passed, the number of failed
+# installed), TESTS_CAP_S (the tests stage's cap: default 240 s, 170 with
+# xdist; a small machine on the fake GPU needs more). Exit status: 0 when every stage passed, the number of failed
 # stages otherwise; with no GPU, 0 under DRY_RUN=1, else 3.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
+FAKEGPU=${FAKEGPU:-0}
+if [ "$FAKEGPU" = 1 ] && [ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv-cuda/bin/python" ]; then
+  PYTHON=$ROOT/.venv-cuda/bin/python
+fi
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/out/gpu_check}
 mkdir -p "$OUT"
@@ -43,6 +60,7 @@ mkdir -p "$LOGS"
 trap 'rm -rf "$STAGING"' EXIT
 START=$(date +%s)
 FAILED=0
+FAKEGPU_NOTE=""
 
 # Standard output, and summary.txt with it, stays under SUMMARY_MAX characters
 # (the last line is always printed); everything goes to summary_full.txt in
@@ -114,9 +132,39 @@ finish() {
   echo "[gpu_check $(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"
 }
 
+# --- the fake GPU (FAKEGPU=1) ---------------------------------------------------
+# Its libraries and torchmem's build for this torch, outside the tree; then
+# the fake runtime's environment for every later command.
+if [ "$FAKEGPU" = 1 ]; then
+  FAKEGPU_BUILD=${FAKEGPU_BUILD:-$ROOT/build/cuda-$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo unknown)}
+  # TORCHMEM_FAKEGPU_LIBS given: the fake GPU's libraries are there already; else make builds them.
+  if [ -z "${TORCHMEM_FAKEGPU_LIBS:-}" ] && ! make -s fakegpu PYTHON="$PY" >"$LOGS/fakegpu_libs.log" 2>&1; then
+    echo "[gpu_check 0s] fake GPU: its libraries did not build (make fakegpu):" | tee -a "$SUMMARY"
+    tail -n 8 "$LOGS/fakegpu_libs.log" | sed 's/^/  fakegpu| /' | cut -c1-300 | tee -a "$SUMMARY"
+    pack
+    exit 1
+  fi
+  export TORCHMEM_FAKEGPU_LIBS=${TORCHMEM_FAKEGPU_LIBS:-$ROOT/build/fakegpu}
+  export TORCHMEM_EXT_DIR=$FAKEGPU_BUILD/lib/torchmem
+  export TORCHMEM_FAKEGPU_LOG=$LOGS/fakegpu_unimplemented.log
+  export TORCHMEM_FAKEGPU_REQUIRED=1
+  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+  fake_env=$("$PY" -c '
+import shlex
+from torchmem.fakegpu import environment
+for k, v in environment().items():
+    if k.startswith(("TORCHMEM_FAKEGPU", "LD_")):
+        print(f"export {k}={shlex.quote(v)}")
+' 2>"$LOGS/fakegpu_env.log") || { echo "[gpu_check 0s] fake GPU: no environment (torchmem.fakegpu):" | tee -a "$SUMMARY";
+    tail -n 5 "$LOGS/fakegpu_env.log" | tee -a "$SUMMARY"; pack; exit 1; }
+  eval "$fake_env"
+  FAKEGPU_NOTE=" on the fake GPU"
+fi
+
 # --- environment -------------------------------------------------------------
 {
   echo "date: $(date -u +%FT%TZ)"
+  [ "$FAKEGPU" = 1 ] && echo "device: torchmem's fake GPU (fakegpu/; build $FAKEGPU_BUILD)"
   echo "commit: $(git rev-parse --verify -q HEAD 2>/dev/null || echo unknown)$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"
   "$PY" - <<'EOF'
 import sys
@@ -180,11 +228,17 @@ say "build: CUDA_HOME=$CUDA_HOME TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST MAX_
 # runs setup.py with distutils' compile() spread over MAX_JOBS threads.
 if "$PY" -c "import torch.utils.cpp_extension as c, sys; sys.exit(0 if c.is_ninja_available() else 1)" 2>/dev/null; then
   say "build: ninja found, $MAX_JOBS jobs"
-  build() { stage build 240 "$PY" setup.py build_ext --inplace; }
+  if [ "$FAKEGPU" = 1 ]; then
+    build() { stage build 240 "$PY" setup.py -q build_ext --build-temp "$FAKEGPU_BUILD/temp" --build-lib "$FAKEGPU_BUILD/lib"; }
+  else
+    build() { stage build 240 "$PY" setup.py build_ext --inplace; }
+  fi
 else
   say "build: no ninja here: compiling $MAX_JOBS sources at a time through distutils"
   build() {
-    stage build 260 "$PY" - build_ext --inplace <<'EOF'
+    if [ "$FAKEGPU" = 1 ]; then build_args=(build_ext --build-temp "$FAKEGPU_BUILD/temp" --build-lib "$FAKEGPU_BUILD/lib")
+    else build_args=(build_ext --inplace); fi
+    stage build 260 "$PY" - "${build_args[@]}" <<'EOF'
 import os, runpy, sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -239,6 +293,7 @@ if "$PY" -c "import pytest" 2>/dev/null; then
   extra=()
   cap=240  # one at a time: about 30 interpreters of 5 s, and the CPU-side checks
   if "$PY" -c "import xdist" 2>/dev/null; then extra+=(-n "${TEST_WORKERS:-6}"); cap=170; fi
+  cap=${TESTS_CAP_S:-$cap}
   "$PY" -c "import pytest_timeout" 2>/dev/null && extra+=(--timeout 200)
   stage tests "$cap" "$PY" -m pytest -q -rfEs tests/cuda --ignore="$PRESSURE" --junitxml="$LOGS/tests.xml" \
     -p no:cacheprovider "${extra[@]}" && grep -E "passed|failed|error" "$LOGS/tests.log" | tail -n 1 | emit
@@ -276,5 +331,8 @@ for snap in $(ls -S -r "$LOGS/bench"/*_snapshot.pickle 2>/dev/null); do
 done
 [ ${#snaps[@]} -gt 0 ] && say "native histories kept in native_snapshots.tar.gz: ${snaps[*]}"
 
-finish "done in $(($(date +%s) - START))s: $FAILED stage(s) failed; $(ls "$OUT" | wc -l) files in $OUT"
+if [ "$FAKEGPU" = 1 ] && [ -s "$TORCHMEM_FAKEGPU_LOG" ]; then
+  say "fake GPU: entry points it does not implement were called: $(sort -u "$TORCHMEM_FAKEGPU_LOG" | head -c 400 | tr '\n' ' ')"
+fi
+finish "done in $(($(date +%s) - START))s$FAKEGPU_NOTE: $FAILED stage(s) failed; $(ls "$OUT" | wc -l) files in $OUT"
 exit "$FAILED"

@@ -50,7 +50,8 @@ FAKE_PYTHON = textwrap.dedent(
 
 
 SCRIPT_SETTINGS = ("PYTHON", "OUT", "DRY_RUN", "REHEARSE", "BUDGET_S", "SUMMARY_MAX", "TEST_WORKERS", "CUDA_HOME",
-                   "MAX_JOBS", "TORCH_CUDA_ARCH_LIST")
+                   "MAX_JOBS", "TORCH_CUDA_ARCH_LIST", "FAKEGPU", "FAKEGPU_BUILD", "TESTS_CAP_S",
+                   "TORCHMEM_FAKEGPU_LIBS", "TORCHMEM_EXT_DIR", "TORCHMEM_FAKEGPU_LOG")
 
 
 def run_script(tmp_path, **env):
@@ -82,6 +83,24 @@ def test_without_gpu_and_not_dry_run_exits_3(tmp_path):
     proc, _, calls = run_script(tmp_path, FAKE_GPU="1")
     assert proc.returncode == 3
     assert "setup.py" not in calls
+
+
+def test_fake_gpu_mode_builds_outside_the_tree_and_says_so(tmp_path):
+    """FAKEGPU=1: torchmem is built into FAKEGPU_BUILD (never in place: the tree's
+    extension may be another torch's), loaded from there, and every stage runs."""
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    build = tmp_path / "build"
+    proc, out, calls = run_script(tmp_path, FAKE_GPU="0", FAKEGPU="1", FAKEGPU_BUILD=str(build),
+                                  TORCHMEM_FAKEGPU_LIBS=str(libs), TESTS_CAP_S="100")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the stand-in's test stage fails, the rest pass
+    build_call = next(line for line in calls.splitlines() if "setup.py" in line)
+    assert f"--build-lib {build}/lib" in build_call and "--inplace" not in calls
+    assert "from torchmem.fakegpu import environment" in calls
+    summary = (out / "summary.txt").read_text()
+    assert "device: torchmem's fake GPU" in summary and "tests: start (limit 100s)" in summary
+    assert "build: ok" in summary and "pressure: ok" in summary and "bench: ok" in summary
+    assert "on the fake GPU: 1 stage(s) failed" in summary
 
 
 def archived(out: pathlib.Path) -> set[str]:
