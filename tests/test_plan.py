@@ -256,8 +256,9 @@ def test_cli_errors_are_clear(tmp_path: Path, capsys) -> None:
     bad.write_text("id,lower,upper,size\n1,0,3,4\n2,0,3,oops\n")
     assert main(["plan", str(bad)]) == 1
     assert "bad.csv:3:" in capsys.readouterr().err
-    assert main(["plan", str(bad), "--time-limit", "0"]) == 1
-    assert "time-limit" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a bad argument: argparse, exit status 2
+        main(["plan", str(bad), "--time-limit", "0"])
+    assert exit_info.value.code == 2 and "argument --time-limit: must be > 0" in capsys.readouterr().err
     assert main(["plan", str(tmp_path / "missing.csv")]) == 1
     assert "missing.csv" in capsys.readouterr().err
 

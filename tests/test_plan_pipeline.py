@@ -157,8 +157,9 @@ def test_cli_plans_an_exported_model(tmp_path: Path, capsys) -> None:
     assert out["height"] > out["sequential_height"] and out["speedup"] >= 1
     assert main(["plan", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid"] is True
-    assert main(["plan", str(path), "--stages", "2", "--in-flight", "0"]) == 1
-    assert "in_flight must be" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # a bad argument: exit status 2
+        main(["plan", str(path), "--stages", "2", "--in-flight", "0"])
+    assert exit_info.value.code == 2 and "argument --in-flight: must be 1 or more" in capsys.readouterr().err
     bad = tmp_path / "not_a_model.pt2"
     bad.write_text("hello")
     assert main(["plan", str(bad), "--stages", "2"]) == 1

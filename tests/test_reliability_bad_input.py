@@ -310,6 +310,7 @@ FILE_CASES = [
     ("csv-duplicate-id", "d.csv", "id,lower,upper,size\n0,1,2,3\n0,2,3,3\n", load_csv, ValueError, ":3: duplicate id"),
     ("csv-empty-lifetime", "l.csv", "id,lower,upper,size\n0,2,2,3\n", load_csv, ValueError, ":2:"),
     ("csv-negative-size", "m.csv", "id,lower,upper,size\n0,1,2,-3\n", load_csv, ValueError, "negative size"),
+    ("csv-a-pickle", "p.csv", pickle.dumps({"segments": []}), load_csv, ValueError, "p.csv: not UTF-8 text, not a CSV"),
 ]
 
 

@@ -32,7 +32,15 @@ def _id(text: str) -> Union[int, str]:
 
 
 def load_csv(path: PathLike) -> list[Buffer]:
-    """Reads buffers; ValueError naming the file and line on malformed input."""
+    """Reads buffers; ValueError naming the file and line on malformed input (a binary file too)."""
+    try:
+        return _load_csv(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text, not a CSV of buffers "
+                         "(expected a header id,lower,upper,size)") from None
+
+
+def _load_csv(path: PathLike) -> list[Buffer]:
     buffers: list[Buffer] = []
     seen: set = set()
     with open(path, newline="") as f:
