@@ -284,3 +284,54 @@ def test_real_snapshots_replay_the_same_without_their_frames():
         a, b = sim.replay(fast), sim.replay(slow)
         assert (a.completed, a.events, a.peak_allocated, a.peak_reserved, a.exact) == \
                (b.completed, b.events, b.peak_allocated, b.peak_reserved, b.exact)
+
+
+# --- Snapshots written by PyTorch's own CUDA builds (on the fake GPU, where its tier is built) -----------
+
+DUMP = """
+import torch
+torch.cuda.memory._record_memory_history(max_entries=10000)
+xs = [torch.empty(n * 1024, device="cuda") for n in (1, 300, 5000, 20000)]
+del xs[1]
+try:
+    torch.empty(10**12, device="cuda")
+except torch.OutOfMemoryError:
+    pass
+torch.cuda.memory._dump_snapshot({path!r})
+"""
+
+
+def _fake_gpu_tier(version: str) -> tuple[str, str] | None:
+    """(python, extension dir) of the fake-GPU tier for a CUDA build of torch `version`, if built here."""
+    from conftest import ROOT
+
+    venv = os.path.join(ROOT, ".venv-cuda" if version == "2.14.1" else f".venv-cuda-{version}")
+    python, ext = os.path.join(venv, "bin", "python"), os.path.join(ROOT, "build", f"cuda-{version}", "lib", "torchmem")
+    fake = os.path.join(ROOT, "build", "fakegpu")
+    return (python, ext) if all(os.path.exists(p) for p in (python, ext, fake)) else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["2.11.0", "2.14.1"])
+def test_snapshots_written_by_pytorchs_cuda_builds_load(tmp_path, version):
+    """torch.cuda.memory._dump_snapshot() itself, in PyTorch's CUDA build on the fake GPU (make fakegpu): the
+    pickle holds plain data only, loads as pickle.load reads it, and replays exactly, its OOM reproduced."""
+    import subprocess
+
+    from conftest import ROOT
+
+    tier = _fake_gpu_tier(version)
+    if tier is None:
+        pytest.skip(f"the fake-GPU tier for torch {version} is not built here (make test-fakegpu FAKEGPU_TORCH={version})")
+    python, ext = tier
+    path = str(tmp_path / f"torch-{version}.pickle")
+    env = dict(os.environ, PYTHONPATH=ROOT, TORCHMEM_EXT_DIR=ext, TORCHMEM_FAKEGPU_LIBS=os.path.join(ROOT, "build", "fakegpu"))
+    proc = subprocess.run([python, "-m", "torchmem.fakegpu", "--card", "8GiB", "--", python, "-c", DUMP.format(path=path)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with open(path, "rb") as f:
+        data = f.read()
+    assert _C.scan_plain_pickle(data)[0] and _C.strip_pickle_key(data, "frames") is not None
+    assert load(path) == pickle.loads(data)
+    r = sim.replay(path)
+    assert r.exact and r.recorded_oom is not None and r.recorded_oom["reproduced"]
