@@ -18,21 +18,32 @@ void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) fail(what, err);
 }
 
-// Selects `index` for the scope, restoring the caller's device.
+// Selects `index` for the scope, restoring the caller's device when it was
+// another (as c10's CUDAGuard: one cudaGetDevice when it already is). The
+// calls inside a scope never change the current device.
 class DeviceScope {
  public:
   explicit DeviceScope(int index) {
     check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
+    if (previous_ != index) {
+      check(cudaSetDevice(index), "cudaSetDevice");
+      switched_ = true;
+    }
   }
   ~DeviceScope() {
-    int now = previous_;
-    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+    if (switched_) cudaSetDevice(previous_);
   }
 
  private:
   int previous_ = 0;
+  bool switched_ = false;
 };
+
+// cudaStreamLegacy and cudaStreamPerThread name a stream of the current
+// device, as 0 does.
+bool names_current_devices_stream(cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+}
 
 // Relaxed capture mode for the scope: device memory calls are then allowed
 // while this or another thread captures a CUDA graph (as PyTorch does).
@@ -223,13 +234,10 @@ void CudaDevice::release(uintptr_t addr, size_t size) {
 // device current would fail, and fail again at every later attempt.
 EventId CudaDevice::record_event(Stream stream) {
   const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream);
-  int device = index_;
-  {
-    DeviceScope own(index_);  // the legacy default stream is the current device's
+  int device = index_;  // 0, cudaStreamLegacy, cudaStreamPerThread: this device's own, made current below
 #if CUDART_VERSION >= 12080
-    check(cudaStreamGetDevice(cuda_stream, &device), "cudaStreamGetDevice");
+  if (!names_current_devices_stream(cuda_stream)) check(cudaStreamGetDevice(cuda_stream, &device), "cudaStreamGetDevice");
 #endif
-  }
   DeviceScope scope(device);
   cudaEvent_t event = nullptr;
   {
