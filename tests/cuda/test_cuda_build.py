@@ -17,8 +17,31 @@ def extension_bytes() -> bytes:
     return pathlib.Path(_C.__file__).read_bytes()
 
 
-@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch compiles the CUDA part")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CPU_PYTHON = ROOT / ".venv" / "bin" / "python"  # the CPU tier's interpreter (make test-cpu)
+
+
 def test_cpu_build_has_no_cuda_part():
+    """Here with a CPU torch; under a CUDA torch (the fake-GPU tier), the same
+    checks run in the CPU tier's interpreter on its in-tree extension."""
+    if torch.version.cuda is not None:
+        if not CPU_PYTHON.exists():
+            pytest.skip("a CUDA build of torch compiles the CUDA part, and no CPU tier (.venv) is here to check")
+        import os
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("TORCHMEM_EXT_DIR", "TORCHMEM_FAKEGPU", "LD_PRELOAD", "PYTHONPATH"))}
+        env["PYTHONPATH"] = str(ROOT)
+        code = ("import sys, torch; sys.exit(0 if torch.version.cuda is None else 3)")
+        if subprocess.run([str(CPU_PYTHON), "-c", code], env=env, cwd=ROOT).returncode != 0:
+            pytest.skip(".venv has no CPU build of torch")
+        proc = subprocess.run([str(CPU_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"{__file__}::test_cpu_build_has_no_cuda_part"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
     assert not tmcuda.cuda_glue_built()
     assert not hasattr(_C, "cuda_install")
     data = extension_bytes()

@@ -284,7 +284,8 @@ def test_run_noted_returns_what_a_dying_child_noted():
     assert noted.returncode != 0 and differences(noted, {"returns": [1, 2]}) == [f"exit status {noted.returncode}"]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="waits for a timeout; where a GPU is, the GPU checks use run_noted for real")
+@pytest.mark.skipif(torch.cuda.is_available() and not cuda_helpers.FAKE_GPU,
+                    reason="waits for a timeout; where a GPU is, the GPU checks use run_noted for real")
 def test_run_noted_passes_the_settings_to_the_native_allocator_and_keeps_notes_on_timeout():
     noted = run_noted("""
         note("conf", os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
@@ -422,10 +423,14 @@ def test_bench_tables_and_budget():
 def test_bench_without_a_gpu_measures_nothing(tmp_path):
     import subprocess
 
+    env = dict(os.environ)
     if torch.cuda.is_available():
-        pytest.skip("a GPU is here")
+        if not cuda_helpers.FAKE_GPU:
+            pytest.skip("a GPU is here")
+        # On the fake GPU: the same interpreter without the fake runtime is a machine without a GPU.
+        env = {k: v for k, v in env.items() if not k.startswith(("LD_PRELOAD", "TORCHMEM_FAKEGPU"))}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_cuda.py"), "--out", str(tmp_path),
-                           "--budget", "30", "--rounds", "2"], capture_output=True, text=True, timeout=120)
+                           "--budget", "30", "--rounds", "2"], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and "no CUDA GPU here" in proc.stdout, proc.stderr
 
 
