@@ -20,6 +20,7 @@ from torchmem.fakegpu.deviations import DEVIATIONS, classify
 
 SUITE_SEEDS = range(int(os.environ.get("TORCHMEM_ORACLE_CASES", "200")))
 REPRODUCERS = sorted((Path(__file__).parent / "reproducers").glob("*.json"))
+FIXED = sorted((Path(__file__).parent / "fixed").glob("*.json"))
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_suite_covers_what_the_issue_names(suite):
     workloads, _ = suite
     ops = [op for w in workloads for op in w.ops]
     kinds = {op[0] for op in ops}
-    assert {"a", "f", "u", "h", "c", "e", "o"} <= kinds
+    assert {"a", "f", "u", "h", "c", "e", "o", "g", "m", "gd", "md"} <= kinds
     sizes = [op[2] for op in ops if op[0] == "a"]
     assert any(s <= 1 << 20 for s in sizes) and any((1 << 20) < s < (10 << 20) for s in sizes)
     assert any(s >= 10 << 20 for s in sizes)
@@ -91,6 +92,13 @@ def test_reproducer_still_shows_its_deviation(path):
                      "update tests/fakegpu/deviations.py and keep this case as a test of the fix"
     found = classify(w, problems)
     assert found is not None and found.name == data["deviation"], problems
+
+
+@pytest.mark.parametrize("path", FIXED, ids=[p.stem for p in FIXED])
+def test_fixed_deviation_stays_fixed(path):
+    """Reproducers of deviations since fixed: each replays exactly now."""
+    problems = oracle.check([oracle.load_reproducer(path)])[0]
+    assert problems == [], f"{path.name} diverges again: {problems}"
 
 
 def test_every_deviation_has_a_reproducer():

@@ -2,8 +2,8 @@
 
 A generator makes random workloads (sizes across the small pool, 1-10 MiB and
 large; one to three streams with record_stream and held-back events;
-empty_cache; memory fractions; caught out-of-memory errors; runs recorded
-from mid-way) under every setting PyTorch's parser accepts. Each runs under
+empty_cache; memory fractions; caught out-of-memory errors; CUDA graphs and
+torch.cuda.MemPool; runs recorded from mid-way) under every setting PyTorch's parser accepts. Each runs under
 PyTorch's native allocator on the fake GPU (torchmem.fakegpu.oracle_child),
 which writes a native snapshot; torchmem's replay of that snapshot, given no
 hints, must then reproduce it:
@@ -122,6 +122,13 @@ def generate(seed: int, conf: str | None = None) -> Workload:
             ops.append(["e"])
         else:
             ops.append(["o", int(card * rng.uniform(0.3, 1.2)), rng.randrange(streams)])
+    if rng.random() < 0.1:  # CUDA graphs and torch.cuda.MemPool: private pools
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(ops) + 1)
+            kind = rng.choice(["g", "m"])
+            ops.insert(at, [kind, [_size(rng, card // 4) for _ in range(rng.randint(1, 4))]])
+            if rng.random() < 0.5:
+                ops.insert(rng.randrange(at + 1, len(ops) + 1), [kind + "d"])
     record_at = rng.randrange(1, len(ops) // 2) if rng.random() < 0.2 else 0
     return Workload(seed, conf, card, ops, fraction, record_at)
 
@@ -137,11 +144,13 @@ def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeo
     {"error": ...} when its process failed).
     """
     out = Path(out_dir)
-    by_conf: dict[str, list[int]] = {}
+    # PyTorch reads the settings once, and takes a memory fraction's limit from the card's size
+    # at start-up: a workload with a fraction runs in a process started on its own card.
+    by_conf: dict[tuple[str, int | None], list[int]] = {}
     for i, w in enumerate(workloads):
-        by_conf.setdefault(w.conf, []).append(i)
+        by_conf.setdefault((w.conf, w.card if w.fraction or "fraction" in w.conf else None), []).append(i)
     reports: list[dict] = [{} for _ in workloads]
-    for conf, indices in by_conf.items():
+    for (conf, _), indices in by_conf.items():
         with tempfile.TemporaryDirectory(prefix="torchmem-oracle-") as tmp:
             spec = Path(tmp) / "workloads.json"
             spec.write_text(json.dumps([asdict(workloads[i]) for i in indices]))

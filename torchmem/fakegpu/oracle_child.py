@@ -13,7 +13,11 @@ Ops (lists): ["a", id, size, stream] allocate (an out-of-memory error is
 caught and the run goes on); ["f", id] free; ["u", id,
 stream] record_stream; ["h", stream] hold a stream's work; ["c", stream]
 complete it; ["e"] empty_cache; ["o", size, stream] an allocation that may run
-out of memory, caught; ["r"] start recording here (a run recorded mid-way).
+out of memory, caught; ["r"] start recording here (a run recorded mid-way);
+["g", [sizes]] capture a CUDA graph that allocates these sizes (its private
+pool lives while the graph does); ["m", [sizes]] allocate them inside
+torch.cuda.use_mem_pool of a new torch.cuda.MemPool; ["gd"] / ["md"] drop the
+oldest graph / pool with its tensors.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ STAT_KEYS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_b
 
 def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict]:
     live: dict[int, torch.Tensor] = {}
+    graphs: list = []  # (graph, its tensors)
+    pools: list = []   # (pool, its tensors)
     oom_caught = 0
     recording = False
 
@@ -75,11 +81,33 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
         elif kind == "r":
             if not recording:
                 record()
+        elif kind == "g":
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    tensors = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in op[1]]
+                graphs.append((graph, tensors))
+            except torch.OutOfMemoryError:
+                oom_caught += 1
+        elif kind == "m":
+            pool = torch.cuda.MemPool()
+            try:
+                with torch.cuda.use_mem_pool(pool):
+                    tensors = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in op[1]]
+                pools.append((pool, tensors))
+            except torch.OutOfMemoryError:
+                oom_caught += 1
+        elif kind == "gd" and graphs:
+            graphs.pop(0)
+        elif kind == "md" and pools:
+            pools.pop(0)
     snapshot = torch.cuda.memory._snapshot()
     stats = torch.cuda.memory_stats()
     report = {"stats": {k: stats.get(k) for k in STAT_KEYS}, "oom_caught": oom_caught,
               "torch": torch.__version__}
     live.clear()
+    graphs.clear()
+    pools.clear()
     return snapshot, report
 
 

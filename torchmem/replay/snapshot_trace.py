@@ -99,6 +99,12 @@ def recorded_conf(settings: Any) -> str | None:
     from torchmem.pytorch_env import recorded_conf_string
 
     items += _conf_only_items(recorded_conf_string(settings))
+    # torch 2.13 and later (their settings carry max_cached_size) break ties between equal free
+    # blocks by the age of their segment, then by address (BlockComparatorSizeCounterAddress in
+    # libc10_cuda.so); 2.11 and earlier by address. torchmem's reuse_order:segment is that rule.
+    if ("max_cached_size" in settings or "max_round_threshold" in settings) and \
+            not any(item.startswith("reuse_order") for item in items):
+        items.append("reuse_order:segment")
     return ",".join(items)
 
 
