@@ -235,6 +235,27 @@ std::optional<std::string> strip_pickle_key(const uint8_t* data, size_t size, st
   std::pair<size_t, size_t> last_scalar{0, 0};  // the previous opcode, when it pushed a string
   Op op;
   while (pos < size) {
+    if (inside) {
+      // Inside a region most opcodes are memo fetches, marks and appends that write nothing: step over
+      // them without decoding (memo stores, strings and the rest take the general path below).
+      const size_t stop = regions[next].second;
+      const size_t before = pos;
+      while (pos < stop) {
+        const uint8_t c = data[pos];
+        if (c == 'h') {
+          pos += 2;
+        } else if (c == 'j') {
+          pos += 5;
+        } else if (c == '(' || c == 'e' || c == 'a' || c == ']' || c == '}' || c == 'u' || c == 's' || c == 'N') {
+          pos += 1;
+        } else {
+          break;
+        }
+      }
+      if (pos > stop) return std::nullopt;  // not on an opcode boundary: cannot be (the scan passed)
+      if (pos != before) last_scalar = {0, 0};
+      if (pos >= size) break;
+    }
     if (!read_op(data, size, pos, op)) return std::nullopt;
     if (inside && op.at == regions[next].second) {
       out.push_back(']');
