@@ -134,9 +134,15 @@ def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
 
 
 def _short(value: Any, limit: int = 40) -> str:
-    from torchmem.input_files import short_repr
+    """The first `limit` characters of repr(value), as the C++ reader writes them
+    (core/python_repr.h: tests/test_jsonl_reader.py holds the two to one message);
+    a value nested too deep for repr() is shown by short_repr."""
+    try:
+        return repr(value)[:limit]
+    except RecursionError:
+        from torchmem.input_files import short_repr
 
-    return short_repr(value, limit)
+        return short_repr(value, limit)
 
 
 def _parse_event_dicts(events: Iterable[dict], name: str, first_index: int) -> Iterator[Chunk]:
