@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from helpers import run_json
 from torchmem import sim
@@ -116,16 +117,12 @@ SCENARIOS["retry"] = W(0, "", 60 * MiB, [["a", 0, 2 * MiB, 0]] + [["a", i, 12 * 
 
 
 # Scenarios whose replay differs from PyTorch's allocator: what differs.
-TIE_BY_AGE = ("torch 2.14.1 ties equal free blocks by their segment's age before their address (reuse_order:segment, "
-              "commit 1ebf3de); the replay of a native snapshot ties by address, so once a segment released by "
-              "empty_cache() or an OOM's retry is made again lower down, a small block lands elsewhere (with "
-              "conf=reuse_order:segment the replay is exact)")
 RANGE = ("expandable-range-placement (torchmem/fakegpu/deviations.py): the replay reserves the expandable range at "
          "another address than PyTorch, so pages map or unmap elsewhere")
+# (caught, caught-mid and empty_cache differed until the replay of a 2.13+ snapshot tied equal free blocks by
+# segment age: test_the_tie_by_segment_age_is_what_made_them_differ.)
+AGED = ("caught", "caught-mid", "empty_cache")
 DIVERGES = {
-    "caught": TIE_BY_AGE,
-    "caught-mid": TIE_BY_AGE,
-    "empty_cache": TIE_BY_AGE,
     "fraction": "fraction-limit (torchmem/fakegpu/deviations.py): the replay does not know the memory fraction's "
                 "limit, and grants a request that PyTorch refused under it",
     "record_stream": "allocated_bytes.all.peak: PyTorch stops counting a block as allocated when its free is "
@@ -154,6 +151,13 @@ def native(tmp_path_factory):
         reports = oracle.run_native([SCENARIOS[n] for n in group], out)
         runs.update({n: (SCENARIOS[n], out / f"{i}.pickle", reports[i]) for i, n in enumerate(group)})
     return runs
+
+
+def replayed_conf(conf: str, snap: dict) -> str:
+    """The settings a replay of `snap` uses: the recorded ones and, for a torch 2.13+ snapshot (its settings
+    carry max_cached_size), the tie between equal free blocks by segment age."""
+    aged = "max_cached_size" in snap["allocator_settings"]
+    return sim.normalize_conf(",".join(filter(None, [conf, "reuse_order:segment" if aged else ""])))
 
 
 def load(path) -> dict:
@@ -189,7 +193,7 @@ def test_trace_from_empty_replays_address_by_address(native, conf, seed):
     w, snap, path, _ = recorded(native, f"empty[{conf}][{seed}]")
     assert snap["allocator_settings"]["expandable_segments"] == ("expandable_segments" in conf)
     result = sim.replay(str(path))
-    assert result.conf_source == "recorded" and sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    assert result.conf_source == "recorded" and sim.normalize_conf(result.conf) == replayed_conf(conf, snap)
     assert result.exact and result.fidelity["placements_matched"] == len(entries(snap, "alloc"))
 
 
@@ -349,7 +353,7 @@ def test_a_run_that_held_more_than_80_gib_replays_on_what_it_held(native):
 def test_settings_without_a_field_come_from_the_recorded_conf_string(native, conf, tmp_path):
     w, snap, path, _ = recorded(native, f"conf-string[{conf}]")
     result = sim.replay(str(path))
-    assert sim.normalize_conf(result.conf) == sim.normalize_conf(conf)
+    assert sim.normalize_conf(result.conf) == replayed_conf(conf, snap)
     # They matter: without them the same trace is placed elsewhere.
     dropped = dict(snap, allocator_settings=dict(snap["allocator_settings"], PYTORCH_CUDA_ALLOC_CONF=""))
     (tmp_path / "dropped.pickle").write_bytes(pickle.dumps(dropped))
@@ -367,13 +371,19 @@ def test_split_segments_are_not_released_on_retry(native):
     assert result.exact and result.stats["num_device_free"] == 2  # its retry count: see DIVERGES
 
 
-@pytest.mark.parametrize("name", [n for n, why in DIVERGES.items() if why is TIE_BY_AGE])
-def test_the_tie_by_segment_age_is_what_differs(native, name):
-    """What DIVERGES says of these: replayed tying free blocks by segment age, as 2.14.1 does, they are exact."""
+@pytest.mark.parametrize("name", AGED)
+def test_the_tie_by_segment_age_is_what_made_them_differ(native, name):
+    """torch 2.13+ ties equal free blocks by their segment's age: its snapshots replay exactly with that tie
+    (what a plain replay now uses) and not with the tie by address."""
     w, snap, path, _ = recorded(native, name)
-    assert not sim.replay(str(path)).exact
-    aged = sim.replay(str(path), conf=",".join(filter(None, [w.conf, "reuse_order:segment"])), follow_recording=True)
-    assert aged.exact and aged.fidelity["placements_matched"] == len(entries(snap, "alloc"))
+    if "max_cached_size" not in snap["allocator_settings"]:
+        pytest.skip(f"torch {torch.__version__} ties equal free blocks by address")
+    result = sim.replay(str(path))
+    assert "reuse_order:segment" in result.conf
+    assert result.exact and result.fidelity["placements_matched"] == len(entries(snap, "alloc"))
+    by_address = sim.replay(str(path), conf=",".join(filter(None, [w.conf, "reuse_order:address"])),
+                            follow_recording=True)
+    assert not by_address.exact
 
 
 # ---------------------------------------------------------------- the snapshot's form, the settings replayed
