@@ -87,7 +87,12 @@ fakegpu-ext: $(CUDA_BUILD)/.built
 demo: $(VENV)/.built
 	$(PY) -m torchmem demo
 
-test: test-cpu test-fakegpu
+# The two tiers' set-ups overlap: the CUDA torch's install (mostly disk) beside
+# the CPU build, then the CUDA build beside the CPU tier's tests.
+test:
+	$(MAKE) -j2 $(VENV)/.built $(CUDA_VENV)/.deps $(FAKEGPU_LIBS)
+	$(MAKE) -j2 test-cpu $(CUDA_BUILD)/.built
+	$(MAKE) test-fakegpu
 
 # pytest-xdist: one worker per core, each test file in one worker.
 PYTEST_JOBS ?= 2
