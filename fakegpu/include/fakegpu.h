@@ -2,8 +2,8 @@
  *
  * The fake runtime (libtorchmem_fakecudart.so, preloaded in front of the real
  * libcudart.so.13) gives PyTorch devices whose memory is host memory and whose
- * kernels are accepted and skipped. These functions are exported unversioned
- * so that Python reaches them with ctypes (torchmem.fakegpu.Control).
+ * kernels are accepted and skipped. These functions are exported (version node
+ * FAKEGPU_1) so that Python reaches them with ctypes (torchmem.fakegpu.Control).
  *
  * Work and events. Each stream counts the work recorded on it (event records,
  * kernel launches, copies) and the work completed. Normally work completes at
@@ -42,7 +42,8 @@ int fakegpu_complete_stream(uintptr_t stream);
 /* Completes the work recorded on every stream so far. */
 void fakegpu_complete_all(void);
 
-/* Events recorded and not yet complete. */
+/* Work recorded and not yet complete, over every stream: event records and
+ * host functions (cudaLaunchHostFunc) on held streams. */
 long long fakegpu_pending_events(void);
 
 /* A named counter, or -1 for an unknown name. Names: malloc_calls,
