@@ -44,6 +44,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = ("empty_del", "size_classes", "empty_del_rs", "gpt2")
 FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
 FAKE_GPU_WORKLOADS = ("empty_del", "size_classes", "empty_del_rs")  # gpt2 needs cuBLAS
+# A step's time: wall (perf_counter), or the main thread's CPU time, which a
+# shared machine's other work does not inflate; on the fake GPU every step is
+# CPU work, so that is the default there. $TORCHMEM_BENCH_CLOCK overrides.
+CLOCK = os.environ.get("TORCHMEM_BENCH_CLOCK") or ("cpu" if FAKE_GPU else "wall")
 ALLOCATORS = ("native", "torchmem")
 
 
@@ -176,10 +180,10 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
         torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
     steps = {"empty_del": empty_del, "size_classes": size_classes, "empty_del_rs": empty_del_rs,
              "gpt2": gpt2}[workload](torch, **({"steps": steps} if steps else {}))
-    times = []
+    times, cpu_times = [], []  # wall; the thread's CPU time (time.thread_time)
     for i, _ in enumerate(iter(lambda: None, 0)):
         torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             next(steps)
         except StopIteration:
@@ -187,6 +191,7 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
         torch.cuda.synchronize()
         if i >= warmup:
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.thread_time() - start_cpu)
         if i == warmup - 1 and not record:  # a recorded run keeps whole-run peaks, as its trace does
             torch.cuda.reset_peak_memory_stats()
     stats = torch.cuda.memory_stats()
@@ -194,7 +199,10 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
         "workload": workload,
         "allocator": allocator,
         "steps": len(times),
-        "step_ms_median": 1000 * statistics.median(times),
+        "step_ms_median": 1000 * statistics.median(cpu_times if CLOCK == "cpu" else times),
+        "clock": CLOCK,
+        "step_wall_ms_median": 1000 * statistics.median(times),
+        "step_cpu_ms_median": 1000 * statistics.median(cpu_times),
         "step_ms_mean": 1000 * statistics.fmean(times),
         "total_s": sum(times),
         "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
@@ -329,7 +337,7 @@ def summarise(results: list[dict]) -> str:
     """One row per workload and allocator: medians over the rounds, the ratio of the
     medians, each round's ratio (runs alternate, native first), peaks."""
     lines = [
-        "| workload | allocator | runs | step ms (median) | ratio vs native | ratio per round | peak allocated MiB | peak reserved MiB | device allocs |",
+        f"| workload | allocator | runs | step ms (median, {'CPU' if CLOCK == 'cpu' else 'wall'}) | ratio vs native | ratio per round | peak allocated MiB | peak reserved MiB | device allocs |",
         "|---|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     for w in dict.fromkeys(r["workload"] for r in results):
@@ -392,9 +400,14 @@ def main() -> int:
     p.add_argument("--record-steps", type=int, default=10, help="steps of each recorded native run")
     p.add_argument("--budget", type=float, default=None, help="seconds for everything; runs that would not fit are skipped")
     p.add_argument("--workloads", default=",".join(FAKE_GPU_WORKLOADS if FAKE_GPU else WORKLOADS))
+    p.add_argument("--clock", choices=("wall", "cpu"), default=None,
+                   help="a step's time: wall, or the thread's CPU time (default: cpu on the fake GPU, else wall)")
     p.add_argument("--no-history", action="store_true", help="skip the recorded native runs and their replays")
     args = p.parse_args()
 
+    if args.clock:
+        os.environ["TORCHMEM_BENCH_CLOCK"] = args.clock  # the children read it
+        globals()["CLOCK"] = args.clock
     if args.child:
         workload, allocator = args.child
         result = run_child(workload, allocator, args.record, args.warmup, args.steps)
