@@ -1,6 +1,7 @@
 #include "torch/cuda_allocator.h"
 
 #include <c10/core/Allocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -301,9 +302,15 @@ void CudaAllocator::recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream 
 }
 void CudaAllocator::beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
                                         std::function<bool(cudaStream_t)> filter) {
-  // A graph capture's filter takes only its capturing stream, which is not
-  // capturing yet; use_mem_pool's takes every stream of its thread.
-  const bool capture = !filter(c10::cuda::getCurrentCUDAStream(device).stream());
+  // A graph capture's filter takes only its capturing stream. Where torch
+  // opens the route before cudaStreamBeginCapture (2.14), that stream is not
+  // capturing yet and the filter refuses it; where it opens it after (2.11),
+  // the current stream is capturing already. use_mem_pool's filter takes
+  // every stream of its thread, and its stream is not capturing.
+  const cudaStream_t current = c10::cuda::getCurrentCUDAStream(device).stream();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(current, &status));
+  const bool capture = !filter(current) || status != cudaStreamCaptureStatusNone;
   auto core_filter = [filter = std::move(filter)](Stream s) { return filter(static_cast<cudaStream_t>(to_cuda_stream(s))); };
   memory(device).begin_allocate_to_pool(to_pool(mempool_id), std::move(core_filter), capture);
 }

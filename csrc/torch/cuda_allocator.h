@@ -15,10 +15,11 @@
 //   pointers this allocator made (as PyTorch, others are ignored); the event
 //   is recorded on the stream's own device (CudaDevice::record_event).
 // - beginAllocateToPool -> a route; it is a capture when the route's filter
-//   refuses the current stream at that moment (CUDAGraph::capture_begin opens
-//   the route before cudaStreamBeginCapture, and its filter takes only the
-//   capturing stream; use_mem_pool's takes every stream of its thread), and
-//   markCaptureBegin/End (torch 2.14+) mark captures too.
+//   refuses the current stream at that moment, or the current stream is
+//   capturing already (CUDAGraph::capture_begin opens the route before
+//   cudaStreamBeginCapture in torch 2.14, after it in 2.11; its filter takes
+//   only the capturing stream; use_mem_pool's takes every stream of its
+//   thread), and markCaptureBegin/End (torch 2.14+) mark captures too.
 //   endAllocateToPool, releasePool, createOrIncrefPool, getPoolUseCount,
 //   setUseOnOOM and emptyCache(pool) map one to one; the last four and
 //   releasePool never throw (torch.cuda.MemPool's destructor calls them).
