@@ -73,7 +73,7 @@ def _progress(seconds: float, height: int, lower_bound: int, phase: str) -> None
 
 def _run_csv(args) -> int:
     from torchmem.plan import load_csv, save_csv, solve
-    from torchmem.plan.streams import has_streams
+    from torchmem.plan.buffers import has_streams
 
     buffers = load_csv(args.file)
     plan = solve(buffers, method=args.method, time_limit=args.time_limit, alignment=args.alignment,

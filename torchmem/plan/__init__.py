@@ -14,15 +14,16 @@ traces (``buffers_from_trace``) and torch.fx graphs (``torchmem.plan.fx``).
 
 Several streams: a buffer names its producer's stream, its reads on other
 streams and synchronisations (``Sync``); liveness then extends to the
-synchronisation after the last read (``torchmem.plan.streams``).
+synchronisation after the last read (``torchmem.plan.streams``; ``lifetimes``
+says where, in torchmem/plan/buffers.py).
 ``pipeline(graph, stages=K, in_flight=2)`` plans an fx graph cut into K
 concurrent stages with double-buffered tensors between them.
 """
-from torchmem.plan.buffers import Buffer, as_buffers
+from torchmem.plan.buffers import Buffer, as_buffers, lifetimes
 from torchmem.plan.csv_io import load_csv, save_csv
 from torchmem.plan.pipeline_plan import PipelinePlan, pipeline
 from torchmem.plan.solve import METHODS, SHARINGS, Plan, lower_bound, solve
-from torchmem.plan.streams import Read, Sync, lifetimes
+from torchmem.plan.streams import Read, Sync
 from torchmem.plan.trace import buffers_from_trace
 
 __all__ = [

@@ -1,6 +1,7 @@
-"""The planner's input: a buffer with a half-open lifetime and a size, and,
-with several streams, its producer's stream, its reads on other streams and
-synchronisations (torchmem/plan/streams.py)."""
+"""The planner's input and its lifetimes: a buffer with a half-open lifetime
+and a size, and, with several streams, its producer's stream, its reads on
+other streams and synchronisations (their types: torchmem/plan/streams.py);
+where its lifetime ends under streams (``lifetimes``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,3 +81,43 @@ def as_buffers(items: Iterable[Any]) -> list[Buffer]:
             raise ValueError(f"duplicate buffer id {b.id!r}")
         seen.add(b.id)
     return out
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """Ends of a buffer's lifetime under streams (see docs/planner.md):
+    ``own`` the release on its home stream, ``shared`` the release on every
+    allocating stream, ``bound`` the earliest release on any of them."""
+
+    own: int
+    shared: int
+    bound: int
+
+
+def has_streams(buffers: Iterable[Buffer]) -> bool:
+    """True when some buffer names a stream other than 0, a read or a sync."""
+    return any(b.stream or b.reads or b.syncs for b in buffers)
+
+
+def schedule_columns(buffers: Sequence[Buffer]) -> tuple[list[int], list[tuple[int, int, int]],
+                                                         list[tuple[int, int, int, int]], list[str]]:
+    """The core's schedule: home streams, reads (buffer, stream, step), the
+    union of every buffer's syncs, and names for error messages."""
+    home = [b.stream for b in buffers]
+    reads = [(i, r.stream, r.step) for i, b in enumerate(buffers) for r in b.reads]
+    syncs = sorted({tuple(s) for b in buffers for s in b.syncs})
+    names = [repr(b.id) for b in buffers]
+    return home, reads, syncs, names
+
+
+def lifetimes(buffers: Iterable[Any]) -> list[Lifetime]:
+    """Each buffer's lifetime ends under streams; ValueError for bad input
+    (a read with no synchronisation from its producer or back to it, ...)."""
+    from torchmem import _C
+
+    bs = as_buffers(buffers)
+    if not bs:
+        return []
+    own, shared, bound, _ = _C.planner.stream_lifetimes(
+        [b.lower for b in bs], [b.upper for b in bs], [b.size for b in bs], *schedule_columns(bs))
+    return [Lifetime(o, s, lo) for o, s, lo in zip(own, shared, bound)]

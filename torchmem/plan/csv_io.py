@@ -13,8 +13,8 @@ import csv
 import os
 from typing import TYPE_CHECKING, Union
 
-from torchmem.plan.buffers import Buffer
-from torchmem.plan.streams import format_reads, format_syncs, has_streams, parse_reads, parse_syncs
+from torchmem.plan.buffers import Buffer, has_streams
+from torchmem.plan.streams import format_reads, format_syncs, parse_reads, parse_syncs
 
 if TYPE_CHECKING:
     from torchmem.plan.solve import Plan

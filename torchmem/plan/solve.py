@@ -5,8 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Optional
 
-from torchmem.plan.buffers import Buffer, as_buffers
-from torchmem.plan.streams import has_streams, schedule_columns
+from torchmem.plan.buffers import Buffer, as_buffers, has_streams, schedule_columns
 
 METHODS = ("auto", "naive", "greedy", "sweep", "bottom_up", "portfolio", "search")
 SHARINGS = ("auto", "shared", "per_stream")

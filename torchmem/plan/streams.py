@@ -10,17 +10,17 @@ the first happens before the second's producer, so a read in flight on
 another stream keeps it live until a synchronisation after that read leads
 back.
 
+This module holds the stream parts of a buffer (``Read``, ``Sync``) and their
+checks; a buffer and its lifetime, under streams too, are in
+torchmem/plan/buffers.py.
+
 Text forms (the CSV columns): reads ``"1@7;2@9"`` (stream@step), syncs
 ``"0@3>1@4;1@8>0@9"`` (src@after>dst@before).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
-
-if TYPE_CHECKING:
-    from torchmem.plan.buffers import Buffer
+from typing import Any, Iterable, NamedTuple, Sequence
 
 STREAM_LIMIT = 2**31
 
@@ -43,17 +43,6 @@ class Sync(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.src}@{self.after}>{self.dst}@{self.before}"
-
-
-@dataclass(frozen=True)
-class Lifetime:
-    """Ends of a buffer's lifetime under streams (see docs/planner.md):
-    ``own`` the release on its home stream, ``shared`` the release on every
-    allocating stream, ``bound`` the earliest release on any of them."""
-
-    own: int
-    shared: int
-    bound: int
 
 
 def _int(value: Any, what: str) -> int:
@@ -144,33 +133,3 @@ def format_reads(reads: Iterable[Read]) -> str:
 
 def format_syncs(syncs: Iterable[Sync]) -> str:
     return ";".join(str(s) for s in syncs)
-
-
-def has_streams(buffers: Iterable["Buffer"]) -> bool:
-    """True when some buffer names a stream other than 0, a read or a sync."""
-    return any(b.stream or b.reads or b.syncs for b in buffers)
-
-
-def schedule_columns(buffers: Sequence["Buffer"]) -> tuple[list[int], list[tuple[int, int, int]],
-                                                           list[tuple[int, int, int, int]], list[str]]:
-    """The core's schedule: home streams, reads (buffer, stream, step), the
-    union of every buffer's syncs, and names for error messages."""
-    home = [b.stream for b in buffers]
-    reads = [(i, r.stream, r.step) for i, b in enumerate(buffers) for r in b.reads]
-    syncs = sorted({tuple(s) for b in buffers for s in b.syncs})
-    names = [repr(b.id) for b in buffers]
-    return home, reads, syncs, names
-
-
-def lifetimes(buffers: Iterable[Any]) -> list[Lifetime]:
-    """Each buffer's lifetime ends under streams; ValueError for bad input
-    (a read with no synchronisation from its producer or back to it, ...)."""
-    from torchmem import _C
-    from torchmem.plan.buffers import as_buffers
-
-    bs = as_buffers(buffers)
-    if not bs:
-        return []
-    own, shared, bound, _ = _C.planner.stream_lifetimes(
-        [b.lower for b in bs], [b.upper for b in bs], [b.size for b in bs], *schedule_columns(bs))
-    return [Lifetime(o, s, lo) for o, s, lo in zip(own, shared, bound)]
