@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, load_plain
-from torchmem.traces import TraceError
+from torchmem.trace_types import TraceError
 
 PICKLE, JSON_SNAPSHOT, JSONL = "pickle", "json", "jsonl"
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from torchmem import _C
 from torchmem.memory import caching_allocator
-from torchmem.traces import SNAPSHOT_ACTIONS, TraceError
+from torchmem.trace_types import SNAPSHOT_ACTIONS, TraceError
 
 __all__ = [
     "dump_snapshot",

@@ -28,6 +28,7 @@ import numpy as np
 from torchmem import _C
 from torchmem.replay.retries import recorded_retries
 from torchmem.replay.capacity import recorded_capacity
+from torchmem.sizes import fmt_size, gib  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
 MAX_TIMELINE_POINTS = 4000
@@ -185,21 +186,6 @@ class ReplayResult:
 
     def _free_block_count(self) -> int:
         return sum(1 for s in self.segments for b in s["blocks"] if not b["allocated"])
-
-
-def gib(n: int) -> str:
-    """'21.30 GiB' (always GiB); the commands print fmt_size()."""
-    return f"{n / 2**30:.2f} GiB"
-
-
-def fmt_size(n: int | float) -> str:
-    """A size in the unit that fits it, two decimals: 512 -> '512 B', 3 << 20 -> '3.00 MiB', 21.3 GiB -> '21.30 GiB'."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024:
-            return f"{int(n):,} B" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{value:.2f} TiB"
 
 
 def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = False) -> int:

@@ -31,7 +31,7 @@ import numpy as np
 from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, limited_capacity
 from torchmem.replay.entries import int_field
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
-from torchmem.traces import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
+from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
 # Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
 EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = 2, 3, 4, 5, 6

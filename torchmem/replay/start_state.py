@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
-from torchmem.traces import TraceError
+from torchmem.trace_types import TraceError
 
 if TYPE_CHECKING:
     from torchmem.replay.snapshot_trace import _Builder
@@ -83,7 +83,7 @@ class StartState:
         if not self.segments and not self.ranges:
             return "recording began with an empty allocator"
         ranges = f" and {len(self.ranges)} expandable ranges" if self.ranges else ""
-        from torchmem.replay.runner import fmt_size
+        from torchmem.sizes import fmt_size
 
         return (f"rebuilt the state when recording began: {len(self.segments)} segments{ranges}, "
                 f"{self.live_blocks} live blocks, {fmt_size(self.requested)} requested in "
