@@ -18,7 +18,8 @@ FAKEGPU_CUDA_INCLUDE ?= $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cuda_r
 FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11 -I$(FAKEGPU_CUDA_INCLUDE)
 FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
 FAKEGPU_OBJECTS := $(patsubst fakegpu/src/%.c,$(FAKEGPU_DIR)/obj/%.o,$(FAKEGPU_SOURCES))
-FAKEGPU_LIBS := $(FAKEGPU_DIR)/libtorchmem_fakecudart.so $(FAKEGPU_DIR)/libcuda.so.1 $(FAKEGPU_DIR)/libnvidia-ml.so.1
+FAKEGPU_LIBS := $(FAKEGPU_DIR)/libtorchmem_fakecudart.so $(FAKEGPU_DIR)/libcuda.so.1 $(FAKEGPU_DIR)/libnvidia-ml.so.1 \
+  $(FAKEGPU_DIR)/libcublas.so.13 $(FAKEGPU_DIR)/libcublasLt.so.13
 
 fakegpu: $(FAKEGPU_LIBS)
 
@@ -39,6 +40,26 @@ $(FAKEGPU_DIR)/libcuda.so.1: fakegpu/libcuda/libcuda.c
 $(FAKEGPU_DIR)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(FAKEGPU_CFLAGS) -shared -o $@ $< -Wl,-soname,libnvidia-ml.so.1
+
+# cuBLAS and cuBLASLt stand-ins (fakegpu/cublas/, docs/preflight.md): the real
+# libraries' sonames and version nodes; compute routines succeed without computing.
+FAKEGPU_BLAS := $(FAKEGPU_DIR)/blas
+
+$(FAKEGPU_BLAS)/%.o: fakegpu/cublas/%.c fakegpu/cublas/common.h
+	@mkdir -p $(@D)
+	$(CC) $(FAKEGPU_CFLAGS) -c $< -o $@
+
+# $(call fakegpu_blas,NAME): libNAME.so.13 from fakegpu/cublas/NAME.c, common.c and the generated stubs.
+fakegpu_blas = $(PYTHON) fakegpu/cublas/gen_stubs.py fakegpu/cublas/$(1)_symbols.txt lib$(1).so.13 $(FAKEGPU_BLAS)/gen-$(1) $(FAKEGPU_BLAS)/$(1).o && \
+  $(CC) $(FAKEGPU_CFLAGS) -c $(FAKEGPU_BLAS)/gen-$(1)/stubs.c -o $(FAKEGPU_BLAS)/gen-$(1)/stubs.o && \
+  $(CC) -shared -o $(FAKEGPU_DIR)/lib$(1).so.13 $(FAKEGPU_BLAS)/$(1).o $(FAKEGPU_BLAS)/common.o $(FAKEGPU_BLAS)/gen-$(1)/stubs.o \
+    -Wl,--version-script=$(FAKEGPU_BLAS)/gen-$(1)/exports.map -Wl,-soname,lib$(1).so.13
+
+$(FAKEGPU_DIR)/libcublas.so.13: $(FAKEGPU_BLAS)/cublas.o $(FAKEGPU_BLAS)/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublas_symbols.txt
+	$(call fakegpu_blas,cublas)
+
+$(FAKEGPU_DIR)/libcublasLt.so.13: $(FAKEGPU_BLAS)/cublasLt.o $(FAKEGPU_BLAS)/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublasLt_symbols.txt
+	$(call fakegpu_blas,cublasLt)
 
 # A venv that also sees system packages, so a CUDA build of torch already
 # installed is used as it is; otherwise the CPU build of torch $(TORCH_VERSION).

@@ -35,7 +35,8 @@ __all__ = ["CARDS", "Card", "Control", "FakeGPUError", "call", "card", "environm
            "on_fake_gpu", "parse_memory", "run"]
 
 RUNTIME = "libtorchmem_fakecudart.so"
-LIBRARIES = (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1")
+BLAS = ("libcublas.so.13", "libcublasLt.so.13")  # stand-ins with the real sonames (fakegpu/cublas/)
+LIBRARIES = (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1", *BLAS)
 
 
 class FakeGPUError(RuntimeError):
@@ -62,8 +63,9 @@ def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: boo
         raise ValueError(f"devices must be 1 to 64, not {devices!r}")
     folder = library_dir()
     env = dict(os.environ if base is None else base)
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(RUNTIME)]
-    env["LD_PRELOAD"] = ":".join([str(folder / RUNTIME), *preload])
+    ours = (RUNTIME, *BLAS)
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(ours)]
+    env["LD_PRELOAD"] = ":".join([*(str(folder / name) for name in ours), *preload])
     env["LD_LIBRARY_PATH"] = ":".join(p for p in [str(folder), env.get("LD_LIBRARY_PATH", "")] if p)
     env.update({
         "TORCHMEM_FAKEGPU_MEMORY": str(chosen.memory),
@@ -76,7 +78,20 @@ def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: boo
     })
     if log is not None:
         env["TORCHMEM_FAKEGPU_LOG"] = os.fspath(log)
+    blas = _cublas_version()
+    if blas:
+        env.setdefault("TORCHMEM_FAKEGPU_CUBLAS_VERSION", blas)
     return env
+
+
+def _cublas_version() -> str | None:
+    """The installed nvidia-cublas wheel's version (13.1.1.3): the fake cuBLAS reports it, as the real one would."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-cublas")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def run(command: Sequence[str], card: str | int | Card = "80GiB", devices: int = 1, *, hold: bool = False,

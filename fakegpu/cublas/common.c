@@ -1,0 +1,44 @@
+/* The log and version query shared by the fake cuBLAS and cuBLASLt (common.h). */
+#include "common.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<cublas_api.h>)
+#include <cublas_api.h>
+#endif
+#endif
+
+#ifndef CUBLAS_VER_MAJOR
+#define CUBLAS_VER_MAJOR 13
+#define CUBLAS_VER_MINOR 1
+#define CUBLAS_VER_PATCH 0
+#endif
+
+int fg_blas_unimplemented(const char *name) {
+  char line[512];
+  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented %s (pid %d)\n", name, (int)getpid());
+  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
+  const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
+  if (log != NULL && log[0] != '\0') {
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
+      close(fd);
+    }
+  }
+  return FG_CUBLAS_NOT_SUPPORTED;
+}
+
+int fg_blas_version(void) {
+  const char *given = getenv("TORCHMEM_FAKEGPU_CUBLAS_VERSION");
+  if (given != NULL && given[0] != '\0') {
+    int major = 0, minor = 0, patch = 0;
+    if (sscanf(given, "%d.%d.%d", &major, &minor, &patch) >= 2) return major * 10000 + minor * 100 + patch;
+  }
+  return CUBLAS_VER_MAJOR * 10000 + CUBLAS_VER_MINOR * 100 + CUBLAS_VER_PATCH;
+}
