@@ -6,8 +6,9 @@ import os
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORE = [p for p in glob.glob(os.path.join(ROOT, "csrc/core/*.cpp"))]
-HEADERS = glob.glob(os.path.join(ROOT, "csrc/core/*.h"))
+# Every source of the core, its subfolders included (csrc/core/<concept>/...).
+CORE = sorted(glob.glob(os.path.join(ROOT, "csrc/core/**/*.cpp"), recursive=True))
+HEADERS = sorted(glob.glob(os.path.join(ROOT, "csrc/core/**/*.h"), recursive=True))
 
 
 def build(source: str, name: str, extra: list[str] | None = None) -> str:

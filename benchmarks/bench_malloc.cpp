@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/caching_allocator.h"
-#include "core/host_device.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/devices/host_device.h"
 
 using Clock = std::chrono::steady_clock;
 

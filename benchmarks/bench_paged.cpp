@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <vector>
 
-#include "core/arena.h"
-#include "core/block_pool.h"
+#include "core/allocators/arena.h"
+#include "core/allocators/paged_block_pool.h"
 #ifndef TORCHMEM_BENCH_NO_CACHING
-#include "core/caching_allocator.h"
+#include "core/policy/native/caching_allocator.h"
 #endif
-#include "core/host_device.h"
+#include "core/devices/host_device.h"
 
 using namespace torchmem;
 using Clock = std::chrono::steady_clock;

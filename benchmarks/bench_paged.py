@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_paged.py [--quick] [--json out.json]
 
 1. C++ (benchmarks/bench_paged.cpp, built here with g++ -O2 against
-   csrc/core/*.cpp): block pool allocate+release operations per second on one
+   csrc/core/**/*.cpp): block pool allocate+release operations per second on one
    thread, one block at a time and in batches of 64; a batch-64 decode step's
    pool bookkeeping; arena allocations per second against the caching
    allocator in the same run.
@@ -17,6 +17,7 @@ Timing: time.perf_counter / std::chrono, best of several repeats.
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -55,11 +56,12 @@ def cpp_figures() -> dict:
         return {}
     core_dir = os.path.join(ROOT, "csrc", "core")
     bench = os.path.join(ROOT, "benchmarks", "bench_paged.cpp")
-    core = sorted(os.path.join(core_dir, f) for f in os.listdir(core_dir) if f.endswith(".cpp"))
+    core = sorted(glob.glob(os.path.join(core_dir, "**", "*.cpp"), recursive=True))
     binary = _build([bench] + core, [])
     if binary is None:  # the caching allocator does not build: measure ours alone
         print("the caching allocator did not build; C++ figures without it", file=sys.stderr)
-        ours = ["arena.cpp", "block_pool.cpp", "host_device.cpp", "sim_device.cpp", "fork_safety.cpp", "fast_mutex.cpp"]
+        ours = ["allocators/arena.cpp", "allocators/paged_block_pool.cpp", "devices/host_device.cpp",
+                "devices/sim_device.cpp", "sync/fork_safety.cpp", "sync/fast_mutex.cpp"]
         binary = _build([bench] + [os.path.join(core_dir, f) for f in ours], ["-DTORCHMEM_BENCH_NO_CACHING"])
     out = subprocess.run([binary], check=True, capture_output=True, text=True).stdout
     figures = {}

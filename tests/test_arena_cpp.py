@@ -2,9 +2,9 @@
 and aligned_allocator (tests/cpp/test_arena_paged.cpp): pure C++17, no torch.
 
 By hand:
-    g++ -O1 -std=c++17 -Icsrc tests/cpp/test_arena_paged.cpp csrc/core/arena.cpp \
-        csrc/core/block_pool.cpp csrc/core/host_device.cpp csrc/core/sim_device.cpp \
-        csrc/core/fork_safety.cpp csrc/core/fast_mutex.cpp -pthread -o build/test_arena_paged && build/test_arena_paged
+    g++ -O1 -std=c++17 -Icsrc tests/cpp/test_arena_paged.cpp csrc/core/allocators/arena.cpp \
+        csrc/core/allocators/paged_block_pool.cpp csrc/core/devices/host_device.cpp csrc/core/devices/sim_device.cpp \
+        csrc/core/sync/fork_safety.cpp csrc/core/sync/fast_mutex.cpp -pthread -o build/test_arena_paged && build/test_arena_paged
 The binary is cached under build/cpp_tests/, keyed by a hash of its sources.
 TORCHMEM_SANITIZE=1 also runs it under AddressSanitizer and UBSan.
 """
@@ -18,25 +18,25 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = [
     "tests/cpp/test_arena_paged.cpp",
-    "csrc/core/arena.cpp",
-    "csrc/core/block_pool.cpp",
-    "csrc/core/host_device.cpp",
-    "csrc/core/sim_device.cpp",
-    "csrc/core/fork_safety.cpp",
-    "csrc/core/fast_mutex.cpp",
+    "csrc/core/allocators/arena.cpp",
+    "csrc/core/allocators/paged_block_pool.cpp",
+    "csrc/core/devices/host_device.cpp",
+    "csrc/core/devices/sim_device.cpp",
+    "csrc/core/sync/fork_safety.cpp",
+    "csrc/core/sync/fast_mutex.cpp",
 ]
 HEADERS = [
-    "csrc/core/arena.h",
-    "csrc/core/block_pool.h",
-    "csrc/core/memory_resource.h",
-    "csrc/core/aligned_allocator.h",
-    "csrc/core/allocator.h",
-    "csrc/core/device.h",
-    "csrc/core/out_of_memory.h",
-    "csrc/core/host_device.h",
-    "csrc/core/sim_device.h",
-    "csrc/core/fork_safety.h",
-    "csrc/core/fast_mutex.h",
+    "csrc/core/allocators/arena.h",
+    "csrc/core/allocators/paged_block_pool.h",
+    "csrc/core/allocators/memory_resource.h",
+    "csrc/core/allocators/aligned_allocator.h",
+    "csrc/core/base/allocator.h",
+    "csrc/core/devices/device.h",
+    "csrc/core/base/out_of_memory.h",
+    "csrc/core/devices/host_device.h",
+    "csrc/core/devices/sim_device.h",
+    "csrc/core/sync/fork_safety.h",
+    "csrc/core/sync/fast_mutex.h",
 ]
 
 

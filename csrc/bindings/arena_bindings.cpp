@@ -1,4 +1,4 @@
-// Python type for the arena (core/arena.h). Pointers cross as integers
+// Python type for the arena (core/allocators/arena.h). Pointers cross as integers
 // (uintptr_t); a stream of None is kAnyStream.
 #include <pybind11/stl.h>
 
@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "bindings/bindings.h"
-#include "core/arena.h"
-#include "core/caching_allocator.h"
+#include "core/allocators/arena.h"
+#include "core/policy/native/caching_allocator.h"
 
 namespace py = pybind11;
 

@@ -4,12 +4,12 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/alloc_config.h"
-#include "core/caching_allocator.h"
-#include "core/device_allocator.h"
-#include "core/stitch_allocator.h"
-#include "core/host_device.h"
-#include "core/sim_device.h"
+#include "core/base/alloc_config.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/base/device_allocator.h"
+#include "core/policy/stitch/stitch_allocator.h"
+#include "core/devices/host_device.h"
+#include "core/devices/sim_device.h"
 
 namespace py = pybind11;
 

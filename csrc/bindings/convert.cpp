@@ -1,6 +1,6 @@
 #include "bindings/convert.h"
 
-#include "core/out_of_memory.h"
+#include "core/base/out_of_memory.h"
 
 namespace py = pybind11;
 

@@ -5,11 +5,11 @@
 
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/block.h"
-#include "core/history.h"
-#include "core/stats.h"
-#include "core/stitch_allocator.h"
+#include "core/base/alloc_config.h"
+#include "core/policy/native/block.h"
+#include "core/base/history.h"
+#include "core/base/stats.h"
+#include "core/policy/stitch/stitch_allocator.h"
 
 namespace torchmem::bindings {
 

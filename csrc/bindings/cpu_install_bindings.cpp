@@ -2,7 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
-#include "core/alloc_config.h"
+#include "core/base/alloc_config.h"
 #include "torch/cpu_allocator.h"
 
 namespace py = pybind11;

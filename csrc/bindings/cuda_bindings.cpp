@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bindings/bindings.h"
-#include "core/alloc_config.h"
-#include "core/stitch_allocator.h"
+#include "core/base/alloc_config.h"
+#include "core/policy/stitch/stitch_allocator.h"
 #include "cuda/cuda_device.h"
 #include "torch/cuda_allocator.h"
 

@@ -1,4 +1,4 @@
-// Python face of DeviceMemory (core/device_memory.h): a device's streams,
+// Python face of DeviceMemory (core/device_memory/device_memory.h): a device's streams,
 // private pools and capture rules, driven on a SimDevice by the tests.
 #include <pybind11/stl.h>
 
@@ -6,8 +6,8 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/caching_allocator.h"
-#include "core/device_memory.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/device_memory/device_memory.h"
 
 namespace py = pybind11;
 

@@ -26,7 +26,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/caching_allocator.h"
+#include "core/policy/native/caching_allocator.h"
 
 namespace py = pybind11;
 

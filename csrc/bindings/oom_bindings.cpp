@@ -1,4 +1,4 @@
-// Python face of out-of-memory observers (csrc/core/oom_observers.h) on the
+// Python face of out-of-memory observers (csrc/core/base/oom_observers.h) on the
 // CPU install and, in a CUDA build, on the CUDA install.
 //
 // A Python observer is called as fn(device: int, info: dict) and returns a
@@ -19,7 +19,7 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/oom_observers.h"
+#include "core/base/oom_observers.h"
 #include "torch/cpu_allocator.h"
 #ifdef TORCHMEM_WITH_CUDA
 #include "torch/cuda_allocator.h"

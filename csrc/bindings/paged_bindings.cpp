@@ -1,4 +1,4 @@
-// Python types for the paged block pool (core/block_pool.h). Block ids
+// Python types for the paged block pool (core/allocators/paged_block_pool.h). Block ids
 // cross as ints; batches as lists.
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bindings/bindings.h"
-#include "core/block_pool.h"
+#include "core/allocators/paged_block_pool.h"
 
 namespace py = pybind11;
 

@@ -1,13 +1,13 @@
-// Python face of scan_plain_pickle (core/pickle_scan.h): bytes in, a verdict out; and of
-// strip_pickle_key (core/pickle_strip.h): bytes in, bytes (or None) out.
+// Python face of scan_plain_pickle (core/traces/pickle_scan.h): bytes in, a verdict out; and of
+// strip_pickle_key (core/traces/pickle_strip.h): bytes in, bytes (or None) out.
 #include <pybind11/pybind11.h>
 
 #include <optional>
 #include <string>
 
 #include "bindings/bindings.h"
-#include "core/pickle_scan.h"
-#include "core/pickle_strip.h"
+#include "core/traces/pickle_scan.h"
+#include "core/traces/pickle_strip.h"
 
 namespace py = pybind11;
 
@@ -28,7 +28,7 @@ void bind_pickle_scan(py::module_& m) {
       },
       py::arg("data"),
       "(plain, offset, problem): whether the pickle holds plain data only up to its STOP; else the byte "
-      "offset and what was refused (core/pickle_scan.h)");
+      "offset and what was refused (core/traces/pickle_scan.h)");
   m.def(
       "strip_pickle_key",
       [](py::buffer data, const std::string& key) -> py::object {
@@ -44,7 +44,7 @@ void bind_pickle_scan(py::module_& m) {
       },
       py::arg("data"), py::arg("key"),
       "The plain pickle `data` with every value of dict key `key` made an empty list, or None when that "
-      "cannot be done safely (core/pickle_strip.h); `data` must have passed scan_plain_pickle");
+      "cannot be done safely (core/traces/pickle_strip.h); `data` must have passed scan_plain_pickle");
 }
 
 }  // namespace torchmem::bindings

@@ -1,10 +1,10 @@
-// Python face of step recording and planned slabs (core/recording_allocator.h,
-// core/planned_slab.h).
+// Python face of step recording and planned slabs (core/allocators/recording_allocator.h,
+// core/allocators/planned_slab.h).
 #include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
-#include "core/planned_slab.h"
-#include "core/recording_allocator.h"
+#include "core/allocators/planned_slab.h"
+#include "core/allocators/recording_allocator.h"
 
 namespace py = pybind11;
 

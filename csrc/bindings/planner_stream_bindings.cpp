@@ -1,4 +1,4 @@
-// torchmem._C.planner, streams and pipelines (csrc/core/planner/streams.h,
+// torchmem._C.planner, streams and pipelines (csrc/core/planner/streams/streams.h,
 // stream_planner.h, pipeline.h). Buffers cross as equal-length int lists;
 // a schedule as per-buffer home streams, reads as (buffer, stream, step)
 // triples and syncs as (from, after, to, before) quadruples; a graph as
@@ -11,12 +11,12 @@
 
 #include "bindings/bindings.h"
 #include "bindings/planner_convert.h"
-#include "core/planner/pipeline.h"
-#include "core/planner/pipeline_unroll.h"
-#include "core/planner/stage_cut.h"
-#include "core/planner/stream_liveness.h"
-#include "core/planner/stream_planner.h"
-#include "core/planner/validate_streams.h"
+#include "core/planner/pipeline/pipeline.h"
+#include "core/planner/pipeline/pipeline_unroll.h"
+#include "core/planner/pipeline/stage_cut.h"
+#include "core/planner/streams/stream_liveness.h"
+#include "core/planner/streams/stream_planner.h"
+#include "core/planner/streams/validate_streams.h"
 
 namespace py = pybind11;
 

@@ -7,8 +7,8 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/replayer.h"
-#include "core/stitch_allocator.h"
+#include "core/replay/replayer.h"
+#include "core/policy/stitch/stitch_allocator.h"
 
 namespace py = pybind11;
 

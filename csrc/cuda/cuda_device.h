@@ -1,4 +1,4 @@
-// CudaDevice: the torchmem::Device of one CUDA GPU (see core/device.h for the
+// CudaDevice: the torchmem::Device of one CUDA GPU (see core/devices/device.h for the
 // contract every device keeps).
 //
 // - allocate()/free(): cudaMalloc / cudaFree on this device. allocate()
@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/device.h"
+#include "core/devices/device.h"
 
 namespace torchmem::cuda {
 

@@ -18,7 +18,7 @@
 // - install()/uninstall() are not thread safe with respect to concurrent
 //   allocation by other threads (neither is c10::SetAllocator).
 // - Fork: the routing table is under a ForkSafeMutex of rank kRouting and
-//   every allocator behind it locks itself with one (core/fork_safety.h), so
+//   every allocator behind it locks itself with one (core/sync/fork_safety.h), so
 //   a forked child allocates, frees its parent's tensors (current, retired
 //   and routed allocators alike) and never waits on a lock a parent thread
 //   held. Only the forking thread's routes survive in the child; allocators
@@ -33,11 +33,11 @@
 #include <mutex>
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/device_allocator.h"
-#include "core/fork_safety.h"
-#include "core/host_device.h"
-#include "core/oom_observers.h"
+#include "core/base/alloc_config.h"
+#include "core/base/device_allocator.h"
+#include "core/sync/fork_safety.h"
+#include "core/devices/host_device.h"
+#include "core/base/oom_observers.h"
 
 namespace torchmem::glue {
 

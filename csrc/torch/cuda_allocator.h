@@ -2,7 +2,7 @@
 // torch's calls and types onto the core.
 //
 // The policy is in the core, tested on CPU (tests/test_device_memory.py,
-// tests/cpp/core_driver.cpp): one DeviceMemory (core/device_memory.h) per
+// tests/cpp/core_driver.cpp): one DeviceMemory (core/device_memory/device_memory.h) per
 // GPU, over a CudaDevice (csrc/cuda/cuda_device.h), holds the main
 // allocator, the private pools of CUDA graphs and torch.cuda.MemPool, stream
 // uses with their events and deferred frees, routed thread allocators and the
@@ -63,12 +63,12 @@
 #include <string>
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/allocator.h"
-#include "core/caching_allocator.h"
-#include "core/context_store.h"
-#include "core/device_memory.h"
-#include "core/oom_observers.h"
+#include "core/base/alloc_config.h"
+#include "core/base/allocator.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/base/context_store.h"
+#include "core/device_memory/device_memory.h"
+#include "core/base/oom_observers.h"
 #include "cuda/cuda_device.h"
 
 // Version differences are handled without guessing release numbers where

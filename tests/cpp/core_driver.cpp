@@ -1,7 +1,7 @@
 // Reliability driver of the core: the caching allocator (host and sim
 // devices, fixed and expandable segments), the arena, the paged block pool,
 // the planner, the replayer and the planned slab, driven through random operation sequences,
-// several threads, fork() while threads allocate, and injected device failures (core/faulty_device.h), with
+// several threads, fork() while threads allocate, and injected device failures (tests/cpp/faulty_device.h), with
 // the invariant checks of each component after every operation. Pure C++17:
 // no Python, no torch. Built and run under sanitizers by scripts/sanitize.sh.
 //
@@ -37,33 +37,33 @@
 #include <thread>
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/fast_mutex.h"
-#include "core/arena.h"
-#include "core/block_pool.h"
-#include "core/caching_allocator.h"
-#include "core/device_allocator.h"
-#include "core/faulty_device.h"
-#include "core/fork_safety.h"
-#include "core/host_device.h"
-#include "core/memory_resource.h"
-#include "core/oom_observers.h"
-#include "core/planned_slab.h"
+#include "core/base/alloc_config.h"
+#include "core/sync/fast_mutex.h"
+#include "core/allocators/arena.h"
+#include "core/allocators/paged_block_pool.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/base/device_allocator.h"
+#include "faulty_device.h"
+#include "core/sync/fork_safety.h"
+#include "core/devices/host_device.h"
+#include "core/allocators/memory_resource.h"
+#include "core/base/oom_observers.h"
+#include "core/allocators/planned_slab.h"
 #include "core/planner/buffers.h"
 #include "core/planner/lower_bound.h"
-#include "core/planner/pipeline.h"
-#include "core/planner/pipeline_unroll.h"
+#include "core/planner/pipeline/pipeline.h"
+#include "core/planner/pipeline/pipeline_unroll.h"
 #include "core/planner/planner.h"
 #include "core/planner/scheduling.h"
-#include "core/planner/stage_cut.h"
-#include "core/planner/stream_liveness.h"
-#include "core/planner/stream_planner.h"
-#include "core/planner/streams.h"
+#include "core/planner/pipeline/stage_cut.h"
+#include "core/planner/streams/stream_liveness.h"
+#include "core/planner/streams/stream_planner.h"
+#include "core/planner/streams/streams.h"
 #include "core/planner/validate.h"
-#include "core/recording_allocator.h"
-#include "core/planner/validate_streams.h"
-#include "core/replayer.h"
-#include "core/sim_device.h"
+#include "core/allocators/recording_allocator.h"
+#include "core/planner/streams/validate_streams.h"
+#include "core/replay/replayer.h"
+#include "core/devices/sim_device.h"
 
 #include "device_checks.h"
 #include "driver_checks.h"
@@ -1775,7 +1775,7 @@ void test_planned_slab_random_faults() {
 }
 
 // ---------------------------------------------------------------------------
-// Fork safety (Note [Fork safety] in core/fork_safety.h): a child forked while
+// Fork safety (Note [Fork safety] in core/sync/fork_safety.h): a child forked while
 // other threads are inside the allocators must find every lock free and the
 // allocators consistent. Each child runs its checks and reports through its
 // exit status; the parent kills a child still running after kChildTimeout

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/faulty_device.h"
+#include "faulty_device.h"
 #include "driver_checks.h"
 
 namespace driver {

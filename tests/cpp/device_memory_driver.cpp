@@ -1,4 +1,4 @@
-// Driver of DeviceMemory (core/device_memory.h), the per-device policy
+// Driver of DeviceMemory (core/device_memory/device_memory.h), the per-device policy
 // behind the CUDA allocator: stream uses and deferred frees, private pools,
 // the capture rules, with several threads, on a SimDevice whose events
 // complete when a thread says so and which throws on any call that would
@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/device_memory.h"
-#include "core/out_of_memory.h"
-#include "core/sim_device.h"
+#include "core/base/alloc_config.h"
+#include "core/device_memory/device_memory.h"
+#include "core/base/out_of_memory.h"
+#include "core/devices/sim_device.h"
 
 #include "driver_checks.h"
 

@@ -1,4 +1,4 @@
-// Driver of the stitch policy (csrc/core/stitch_allocator.h): what it does
+// Driver of the stitch policy (csrc/core/policy/stitch/stitch_allocator.h): what it does
 // beyond the native contract (stitching free pages, packing and reuse, the
 // memory fraction, history, injected device failures, the replayer), with
 // the allocator's invariants after every operation. Random sequences and
@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "core/alloc_config.h"
-#include "core/device_allocator.h"
-#include "core/faulty_device.h"
-#include "core/host_device.h"
-#include "core/replayer.h"
-#include "core/sim_device.h"
-#include "core/stitch_allocator.h"
+#include "core/base/alloc_config.h"
+#include "core/base/device_allocator.h"
+#include "faulty_device.h"
+#include "core/devices/host_device.h"
+#include "core/replay/replayer.h"
+#include "core/devices/sim_device.h"
+#include "core/policy/stitch/stitch_allocator.h"
 
 #include "device_checks.h"
 #include "driver_checks.h"

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_allocator.h"
-#include "core/arena.h"
-#include "core/block_pool.h"
-#include "core/host_device.h"
-#include "core/memory_resource.h"
-#include "core/sim_device.h"
+#include "core/allocators/aligned_allocator.h"
+#include "core/allocators/arena.h"
+#include "core/allocators/paged_block_pool.h"
+#include "core/devices/host_device.h"
+#include "core/allocators/memory_resource.h"
+#include "core/devices/sim_device.h"
 
 using namespace torchmem;
 

@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/live_block_map.h"
+#include "core/base/live_block_map.h"
 
 using torchmem::Block;
 using torchmem::LiveBlockMap;

@@ -1,0 +1,201 @@
+#include "core/replay/replayer.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/policy/stitch/stitch_allocator.h"
+
+namespace torchmem {
+
+Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
+                   bool skip_bad_events, bool follow_recording)
+    : device_(std::make_unique<SimDevice>(capacity, 2u << 20, in_use_by_others)),
+      allocator_(make_device_allocator(*device_, config)),
+      sample_every_(std::max<uint64_t>(1, sample_every)),
+      skip_bad_events_(skip_bad_events),
+      follow_recording_(follow_recording) {
+  native_ = dynamic_cast<CachingAllocator*>(allocator_.get());
+  if (native_) {
+    stats_ = &native_->stats_ref();
+  } else if (auto* stitch = dynamic_cast<StitchAllocator*>(allocator_.get())) {
+    stats_ = &stitch->stats_ref();
+    follow_recording_ = false;  // no segments to follow
+  } else {
+    throw std::logic_error("replayer: an allocator without live statistics");
+  }
+}
+
+// A policy without segments to rebuild gets the live blocks of the start
+// state as allocations, in address order, before the first event.
+void Replayer::restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream,
+                                     const std::vector<uint64_t>& ids) {
+  std::vector<size_t> order(blocks.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return blocks[a].addr < blocks[b].addr; });
+  std::vector<std::pair<uint64_t, void*>> made;
+  try {
+    for (size_t i : order) {
+      const size_t size = blocks[i].requested_size ? blocks[i].requested_size : blocks[i].size;
+      made.emplace_back(ids[i], allocator_->allocate(std::max<size_t>(size, 1), stream));
+    }
+  } catch (const OutOfMemory&) {
+    for (auto& [id, ptr] : made) allocator_->deallocate(ptr);
+    throw std::invalid_argument("a live block that existed when recording began does not fit in the capacity");
+  }
+  for (auto& [id, ptr] : made) live_.emplace(id, ptr);
+}
+
+void Replayer::bad_event(const std::string& what) const {
+  throw std::invalid_argument("event " + std::to_string(events_) + ": " + what);
+}
+
+void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids) {
+  if (ids.size() != segment.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
+  for (uint64_t id : ids) {
+    if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
+  }
+  if (!native_) return restore_by_allocating(segment.live_blocks, segment.stream, ids);
+  if (!device_->adopt(segment.addr, segment.size)) {
+    const bool too_big = segment.size > device_->free_bytes();
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "the segment at 0x%llx (%zu bytes) that existed when recording began %s",
+                  static_cast<unsigned long long>(segment.addr), segment.size,
+                  too_big ? "does not fit in the capacity" : "is at address 0 or overlaps another segment");
+    throw std::invalid_argument(buf);
+  }
+  try {
+    native_->restore_segment(segment);
+  } catch (...) {
+    device_->free(segment.addr, segment.size);
+    throw;
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    live_.emplace(ids[i], reinterpret_cast<void*>(segment.live_blocks[i].addr));
+  }
+}
+
+void Replayer::restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids) {
+  if (ids.size() != range.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
+  for (uint64_t id : ids) {
+    if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
+  }
+  if (!native_) return restore_by_allocating(range.live_blocks, range.stream, ids);
+  device_->offer(range.base, 0);
+  try {
+    native_->restore_expandable(range);
+  } catch (...) {
+    device_->take_unused_offers();
+    throw;
+  }
+  device_->take_unused_offers();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    live_.emplace(ids[i], reinterpret_cast<void*>(range.live_blocks[i].addr));
+  }
+}
+
+void Replayer::sample(int64_t allocated, int64_t reserved) {
+  window_allocated_ = std::max(window_allocated_, allocated);
+  window_reserved_ = std::max(window_reserved_, reserved);
+  if ((events_ + 1) % sample_every_ == 0) {
+    timeline_.push_back({events_, window_allocated_, window_reserved_});
+    window_allocated_ = window_reserved_ = 0;
+  }
+}
+
+void Replayer::settle_offers() {
+  if (!offers_pending_) return;
+  offers_pending_ = false;
+  fidelity_.segments_missed += device_->take_unused_offers();
+}
+
+void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op) {
+  const bool failed_on_gpu = op != ReplayOp::kAlloc;
+  const size_t taken_before = device_->offers_taken();
+  void* ptr = nullptr;
+  try {
+    ptr = allocator_->allocate(size, stream);
+  } catch (const OutOfMemory& e) {
+    fidelity_.segments_followed += device_->offers_taken() - taken_before;
+    settle_offers();
+    ReplayOom oom{events_, e.info(), e.what(), failed_on_gpu};
+    if (op == ReplayOp::kSurvivedFailedAlloc && follow_recording_) {
+      recorded_ooms_.push_back(std::move(oom));
+    } else {
+      oom_ = std::make_unique<ReplayOom>(std::move(oom));
+    }
+    return;
+  }
+  fidelity_.segments_followed += device_->offers_taken() - taken_before;
+  settle_offers();
+  if (failed_on_gpu) {
+    allocator_->deallocate(ptr);
+    if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);
+    return;
+  }
+  live_.emplace(id, ptr);
+  if (recorded == 0 || !follow_recording_) return;
+  if (reinterpret_cast<uintptr_t>(ptr) == recorded) {
+    ++fidelity_.placements_matched;
+  } else {
+    ++fidelity_.placements_differed;
+    if (fidelity_.first_difference < 0) fidelity_.first_difference = static_cast<int64_t>(events_);
+  }
+}
+
+size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* sizes, const uint64_t* streams,
+                     const uint64_t* addrs, size_t n) {
+  size_t i = 0;
+  for (; i < n && !oom_; ++i, ++events_) {
+    const uint64_t id = ids[i];
+    switch (static_cast<ReplayOp>(ops[i])) {
+      case ReplayOp::kAlloc:
+      case ReplayOp::kFailedAlloc:
+      case ReplayOp::kSurvivedFailedAlloc: {
+        const auto op = static_cast<ReplayOp>(ops[i]);
+        if (op == ReplayOp::kAlloc && live_.count(id)) {
+          if (!skip_bad_events_) bad_event("alloc of id " + std::to_string(id) + ", which is already live");
+          ++skipped_;
+          continue;
+        }
+        allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, op);
+        if (oom_) return i;
+        break;
+      }
+      case ReplayOp::kFree: {
+        auto it = live_.find(id);
+        if (it == live_.end()) {
+          if (!skip_bad_events_) bad_event("free of id " + std::to_string(id) + ", which is not live (never allocated, or freed twice)");
+          ++skipped_;
+          continue;
+        }
+        allocator_->deallocate(it->second);
+        live_.erase(it);
+        break;
+      }
+      case ReplayOp::kEmptyCache:
+        if (follow_recording_) break;
+        allocator_->empty_cache();
+        ++fidelity_.empty_cache_calls;
+        break;
+      case ReplayOp::kReleaseSegment:
+        if (!follow_recording_ || !addrs || !native_) break;
+        ++(native_->release_cached_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
+        break;
+      case ReplayOp::kSegmentAddress:
+        if (follow_recording_ && addrs && addrs[i]) {
+          device_->offer(addrs[i], sizes[i]);
+          offers_pending_ = true;
+        }
+        break;
+      default:
+        bad_event("unknown operation code " + std::to_string(ops[i]));
+    }
+    const DeviceStats& s = *stats_;  // kept pool by pool (increase_pool): the aggregate is their sum
+    sample(s.allocated_bytes[kSmallPool].current + s.allocated_bytes[kLargePool].current,
+           s.reserved_bytes[kSmallPool].current + s.reserved_bytes[kLargePool].current);
+  }
+  return i;
+}
+
+}  // namespace torchmem

@@ -1,0 +1,160 @@
+// Replayer: runs an allocation trace through the allocator the config asks
+// for (make_device_allocator: the native CachingAllocator, or the stitch
+// policy) on a SimDevice of any capacity, to reproduce (and try fixes for)
+// out-of-memory failures without the GPU. It is the allocator itself, not a
+// model of it.
+//
+// Events arrive in chunks (run() may be called many times), so memory grows
+// with the number of live allocations, never with the length of the trace.
+// Each event is (op, id, size, stream, addr):
+//   kAlloc          allocate `size` on `stream` as `id`; `addr` is where the
+//                   recording placed it (0: unknown), compared, never forced
+//   kFree           free `id`
+//   kEmptyCache     the recorded program's empty_cache()
+//   kSegmentAddress the recording's next segment was at `addr` with `size`
+//                   bytes (size 0: an expandable range): offered to the
+//                   device for the next request (Note [Recorded addresses])
+//   kFailedAlloc    the request the recording's out-of-memory refused: an
+//                   OOM here reproduces it; if it succeeds it is freed at once
+//   kReleaseSegment the recording released the cached segment (or unmapped
+//                   the free pages) at `addr`, of `size` bytes
+//   kSurvivedFailedAlloc  a kFailedAlloc after which the program went on
+//                   allocating (it caught the OOM): following the recording,
+//                   an OOM here is listed and the replay goes on; otherwise
+//                   as kFailedAlloc
+// A replay that follows the recording (follow_recording) offers segment
+// addresses, compares placements and makes each recorded release, and
+// ignores kEmptyCache (its releases are in the trace). One that does not
+// ignores kSegmentAddress and kReleaseSegment and calls empty_cache() at
+// kEmptyCache: the program's calls, under settings of its own.
+// Ids are the trace's names for allocations; an id may be reused after it
+// is freed. restore() adds the segments and live blocks of a recording's
+// start state before the first event (Note [Start state]); under the stitch
+// policy, which has no segments to rebuild, it allocates the live blocks
+// (their requested sizes, in address order) instead, and follow_recording,
+// offers and recorded releases do not apply.
+//
+// Contract:
+// - run() stops at the first out-of-memory and records it; later calls do
+//   nothing. Returns the number of events consumed from this chunk.
+//   Exception: a replay that follows the recording goes on after an OOM at
+//   a kSurvivedFailedAlloc, listing it in recorded_ooms().
+// - A free of an unknown id, or an alloc of a live id, throws
+//   std::invalid_argument naming the event index, unless skip_bad_events is
+//   set, in which case the event is skipped and counted.
+// - The timeline holds one point per `sample_every` events: the largest
+//   allocated and reserved bytes seen in that window, so peaks are exact.
+// Not thread safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/policy/native/caching_allocator.h"
+#include "core/base/device_allocator.h"
+#include "core/base/node_pool.h"
+#include "core/devices/sim_device.h"
+
+namespace torchmem {
+
+enum class ReplayOp : uint8_t {
+  kAlloc = 0,
+  kFree = 1,
+  kEmptyCache = 2,
+  kSegmentAddress = 3,
+  kFailedAlloc = 4,
+  kReleaseSegment = 5,
+  kSurvivedFailedAlloc = 6,
+};
+
+struct ReplayOom {
+  uint64_t index = 0;  // event index in the whole trace
+  OomInfo info;
+  std::string message;
+  bool recorded = false;  // at a kFailedAlloc: the recording's own OOM, reproduced
+};
+
+struct TimelinePoint {
+  uint64_t index;       // last event of the window
+  int64_t allocated;    // largest in the window
+  int64_t reserved;
+};
+
+// How closely the replay followed the recording's addresses.
+struct ReplayFidelity {
+  uint64_t placements_matched = 0;    // allocs at their recorded address
+  uint64_t placements_differed = 0;   // allocs elsewhere (recorded address known)
+  int64_t first_difference = -1;      // event index of the first, or -1
+  uint64_t segments_followed = 0;     // recorded segment addresses taken
+  uint64_t segments_missed = 0;       // recorded segment addresses not taken
+  uint64_t empty_cache_calls = 0;
+  uint64_t releases_made = 0;          // recorded releases of cached memory made
+  uint64_t releases_missed = 0;        // recorded releases with no such cached memory here
+  int64_t failed_alloc_succeeded = -1;  // event index of a kFailedAlloc that did not fail, or -1
+};
+
+class Replayer {
+ public:
+  Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
+           bool skip_bad_events, bool follow_recording = false);
+
+  // Before the first event: takes the segment from the device at its
+  // address and rebuilds it; ids[i] names live_blocks[i]. Throws
+  // std::invalid_argument when the device cannot hold it there (overlap, or
+  // more than the capacity), when its blocks are inconsistent, or an id is live.
+  void restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids);
+  // The same for the range of an expandable segment (reserved at its base).
+  void restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids);
+  // Fresh segment addresses start above `floor` (the highest recorded one).
+  void set_address_floor(uintptr_t floor) { device_->set_address_floor(floor); }
+
+  size_t run(const uint8_t* ops, const uint64_t* ids, const uint64_t* sizes, const uint64_t* streams,
+             const uint64_t* addrs, size_t n);
+
+  bool stopped() const { return oom_ != nullptr; }
+  const ReplayOom* oom() const { return oom_.get(); }
+  // Following the recording: the OOMs met at kSurvivedFailedAlloc and gone past, in order.
+  const std::vector<ReplayOom>& recorded_ooms() const { return recorded_ooms_; }
+  uint64_t events() const { return events_; }
+  uint64_t skipped() const { return skipped_; }
+  const ReplayFidelity& fidelity() const { return fidelity_; }
+  const std::vector<TimelinePoint>& timeline() const { return timeline_; }
+  DeviceAllocator& allocator() { return *allocator_; }
+  // The native allocator, or null under another policy.
+  CachingAllocator* native() { return native_; }
+  SimDevice& device() { return *device_; }
+
+ private:
+  void sample(int64_t allocated, int64_t reserved);
+  void allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op);
+  void settle_offers();
+  [[noreturn]] void bad_event(const std::string& what) const;
+
+  void restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream, const std::vector<uint64_t>& ids);
+
+  std::unique_ptr<SimDevice> device_;
+  std::shared_ptr<DeviceAllocator> allocator_;
+  CachingAllocator* native_ = nullptr;
+  const DeviceStats* stats_ = nullptr;  // the allocator's live statistics
+  NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm
+  using LiveMap = std::unordered_map<uint64_t, void*, std::hash<uint64_t>, std::equal_to<uint64_t>,
+                                     PoolAllocator<std::pair<const uint64_t, void*>>>;
+  LiveMap live_{1024, std::hash<uint64_t>{}, std::equal_to<uint64_t>{}, PoolAllocator<std::pair<const uint64_t, void*>>(&nodes_)};
+  std::unique_ptr<ReplayOom> oom_;
+  std::vector<ReplayOom> recorded_ooms_;
+  std::vector<TimelinePoint> timeline_;
+  ReplayFidelity fidelity_;
+  uint64_t sample_every_;
+  bool skip_bad_events_;
+  bool follow_recording_;
+  bool offers_pending_ = false;
+  uint64_t events_ = 0;
+  uint64_t skipped_ = 0;
+  int64_t window_allocated_ = 0;
+  int64_t window_reserved_ = 0;
+};
+
+}  // namespace torchmem
