@@ -1,4 +1,4 @@
-"""The CPU settings (Note [CPU settings] in csrc/core/alloc_config.h):
+"""The CPU settings (Note [CPU settings] in csrc/core/base/alloc_config.h):
 reuse_order and min_block_size, their config grammar, what they change, that
 the native policy is unchanged without them, and that torchmem.install()
 turns them on for the CPU only."""

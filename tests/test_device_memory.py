@@ -1,4 +1,4 @@
-"""DeviceMemory (csrc/core/device_memory.h) on a SimDevice, rule by rule: the
+"""DeviceMemory (csrc/core/device_memory/device_memory.h) on a SimDevice, rule by rule: the
 per-device policy behind torchmem's CUDA allocator (stream uses and deferred
 frees, private pools with use counts and routes, the capture rules), with
 events that complete when the test says so and a device that raises on any

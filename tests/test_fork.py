@@ -1,4 +1,4 @@
-"""Fork safety (issue 17, Note [Fork safety] in csrc/core/fork_safety.h): a
+"""Fork safety (issue 17, Note [Fork safety] in csrc/core/sync/fork_safety.h): a
 child forked while other threads allocate never hangs on torchmem's locks, and
 finds its allocators consistent.
 

@@ -1,4 +1,4 @@
-"""The C++ JSON-lines reader (csrc/core/jsonl_reader.h, _C.JsonlReader) against
+"""The C++ JSON-lines reader (csrc/core/traces/jsonl_reader.h, _C.JsonlReader) against
 the Python reader it replaced: json.loads of each line, then traces._parse_event.
 
 Every file is read both ways and must give the same events, or the same error

@@ -187,7 +187,7 @@ def test_host_caching_allocator_keeps_every_byte(ops, conf):
 
 # ---------------------------------------------------------------------------
 # Arena against a reference model: passes, holes, pull-backs and wraps
-# (core/arena.h), re-derived here from the rules, with every placement checked.
+# (core/allocators/arena.h), re-derived here from the rules, with every placement checked.
 
 arena_ops = st.lists(
     st.one_of(

@@ -1,4 +1,4 @@
-"""A snapshot is data, never code (torchmem/safe_pickle.py, csrc/core/pickle_scan.h).
+"""A snapshot is data, never code (torchmem/safe_pickle.py, csrc/core/traces/pickle_scan.h).
 
 Hostile pickles are refused by every reader and run nothing; every plain
 pickle (any protocol) loads as pickle.load would; real snapshots, PyTorch's
@@ -221,7 +221,7 @@ def test_every_real_snapshot_loads_as_pickle_would():
         assert sim.load_trace(path).recorded.entries > 0
 
 
-# --- A replay's load without the stacks (csrc/core/pickle_strip.h) ------------------------------
+# --- A replay's load without the stacks (csrc/core/traces/pickle_strip.h) ------------------------------
 
 def _without_frames(value):
     if isinstance(value, dict):

@@ -1,4 +1,4 @@
-"""policy:stitch, the least-memory policy (csrc/core/stitch_allocator.h, docs/stitch.md).
+"""policy:stitch, the least-memory policy (csrc/core/policy/stitch/stitch_allocator.h, docs/stitch.md).
 
 Random sequences with the invariants checked after every operation, the
 stitching itself, the replay and advise surfaces, the CPU install, and that

@@ -1,5 +1,5 @@
 """The settings torchmem.install() uses on the CPU, where they depart from
-the native policy (Note [CPU settings] in csrc/core/alloc_config.h).
+the native policy (Note [CPU settings] in csrc/core/base/alloc_config.h).
 
 On the CPU nothing has to match PyTorch's CUDA allocator decision for
 decision, so install() adds two settings there, each of which a config can

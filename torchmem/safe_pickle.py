@@ -5,7 +5,7 @@ whatever a hostile pickle names (``os.system`` through a global and
 ``REDUCE``), so every pickle torchmem reads goes through ``load_plain()``,
 which checks twice:
 
-1. Before anything is unpickled, the C++ scan (``csrc/core/pickle_scan.h``)
+1. Before anything is unpickled, the C++ scan (``csrc/core/traces/pickle_scan.h``)
    walks the opcode stream and accepts only the opcodes that build dicts,
    lists, tuples, str, bytes, int, float, bool and None (with the stack,
    mark, memo and frame opcodes around them). Any global (``GLOBAL``,
@@ -61,7 +61,7 @@ def loads_plain(data: bytes, drop_key: str | None = None) -> Any:
     """Unpickle `data`, refusing everything but plain data (UnsafePickleError, nothing run).
 
     With `drop_key`, every value of that dict key comes back as an empty list,
-    unbuilt (csrc/core/pickle_strip.h: the replay drops "frames", most of a
+    unbuilt (csrc/core/traces/pickle_strip.h: the replay drops "frames", most of a
     big snapshot); where the rewrite cannot be sure, everything is built.
     """
     plain, offset, problem = _C.scan_plain_pickle(data)

@@ -89,7 +89,7 @@ def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
 
 def _short(value: Any, limit: int = 40) -> str:
     """The first `limit` characters of repr(value), as the C++ reader writes them
-    (core/python_repr.h: tests/test_jsonl_reader.py holds the two to one message);
+    (core/traces/python_repr.h: tests/test_jsonl_reader.py holds the two to one message);
     a value nested too deep for repr() is shown by short_repr."""
     try:
         return repr(value)[:limit]
@@ -110,7 +110,7 @@ def _parse_event_dicts(events: Iterable[dict], name: str, first_index: int) -> I
 
 
 def load_jsonl(path: str, skip_bad_events: bool = False) -> Trace:
-    """A JSON-lines trace, read by the C++ reader (csrc/core/jsonl_reader.h); errors name the file and line.
+    """A JSON-lines trace, read by the C++ reader (csrc/core/traces/jsonl_reader.h); errors name the file and line.
 
     With skip_bad_events, bad lines are skipped: once read, the trace's
     ``skipped_lines`` counts them and ``first_skipped`` names the first."""

@@ -2,7 +2,7 @@
 concurrently on successive items, passing tensors through fixed buffers.
 
 ``pipeline(graph, stages=K, in_flight=2)`` (the policy is in
-csrc/core/planner/pipeline.h):
+csrc/core/planner/pipeline/pipeline.h):
 
 - the graph is cut into K contiguous runs of its node order, balanced by cost
   (each node's measured wall time, or ``cost`` given), each cut

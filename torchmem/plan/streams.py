@@ -1,4 +1,4 @@
-"""Streams in the planner's input (the model is csrc/core/planner/streams.h).
+"""Streams in the planner's input (the model is csrc/core/planner/streams/streams.h).
 
 Time is one axis of steps, the order in which the program issues its
 operations. A buffer is produced on its ``stream`` at step ``lower`` and used
