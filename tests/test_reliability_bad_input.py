@@ -166,7 +166,7 @@ CASES = [
     ("arena-alignment-32", lambda: torchmem.Arena(1 << 20, alignment=32), ValueError, "power of two >= 64"),
     ("arena-device-unknown", lambda: torchmem.Arena(1 << 20, device="tpu"), ValueError,
      "device must be 'cpu', 'cuda'"),
-    ("arena-device-int", lambda: torchmem.Arena(1 << 20, device=5), TypeError, "unsupported device"),
+    ("arena-device-float", lambda: torchmem.Arena(1 << 20, device=5.0), TypeError, "unsupported device"),
     ("arena-fallback-unknown", lambda: torchmem.Arena(1 << 20, fallback="x"), ValueError, "fallback must be"),
     ("arena-fallback-caching-uninstalled", lambda: torchmem.Arena(1 << 20, fallback="caching"), RuntimeError,
      "needs torchmem.install()"),
@@ -246,6 +246,9 @@ CUDA_CASES = [
     ("arena-device-cuda-not-built", lambda: torchmem.Arena(1 << 20, device="cuda"), CUDANotBuiltError,
      "built without its CUDA part"),
     ("arena-block-cuda-not-built", lambda: torchmem.arena(1 << 20, device="cuda:0").__enter__(), CUDANotBuiltError,
+     "built without its CUDA part"),
+    # An index names a CUDA device, as everywhere in torchmem (torchmem/devices.py).
+    ("arena-device-index-not-built", lambda: torchmem.Arena(1 << 20, device=5), CUDANotBuiltError,
      "built without its CUDA part"),
 ]
 

@@ -6,27 +6,10 @@ import warnings
 
 import torch  # loads libc10 before the extension
 
-from torchmem import _C
+from torchmem import _C, devices
+from torchmem.devices import ENV_CONF, given_conf, resolve_conf  # noqa: F401  (their old home: torchmem._install)
 
-ENV_CONF = "TORCHMEM_ALLOC_CONF"
 KINDS = ("caching",)
-
-
-def resolve_conf(conf: str | None) -> str:
-    """The config to use: `conf` if given, else $TORCHMEM_ALLOC_CONF, else defaults.
-
-    Raises ValueError naming the key and its allowed values when it is bad.
-    """
-    return _C.parse_config(given_conf(conf))
-
-
-def given_conf(conf: str | None) -> str:
-    """`conf` if given, else $TORCHMEM_ALLOC_CONF, else "", as written."""
-    if conf is None:
-        conf = os.environ.get(ENV_CONF, "")
-    if not isinstance(conf, str):
-        raise TypeError(f"conf must be a string like 'max_split_size_mb:128', not {type(conf).__name__}")
-    return conf
 
 
 def install(kind: str = "caching", conf: str | None = None,
@@ -61,10 +44,9 @@ def install(kind: str = "caching", conf: str | None = None,
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not (dump_on_oom is None or isinstance(dump_on_oom, (bool, str, os.PathLike))):
         raise TypeError(f"dump_on_oom must be True, False, None or a path, not {type(dump_on_oom).__name__}")
-    if not isinstance(dump_on_oom, (bool, type(None))):
-        from torchmem.oom.files import check_template
-
-        check_template(dump_on_oom)  # a bad template is refused before anything is installed
+    for _, check in devices.install_hooks():
+        if check is not None:
+            check(dump_on_oom)  # e.g. the oom package's: a bad template is refused before anything is installed
     conf_given = conf
     given = given_conf(conf)
     conf = resolve_conf(given)
@@ -92,13 +74,8 @@ def install(kind: str = "caching", conf: str | None = None,
                           f"serves new tensors; the {live_before:,} bytes of tensors made before stay with the previous "
                           f"one (they are freed correctly) and are left out of memory_stats(), memory_allocated() and "
                           f"memory_summary() from now on", stacklevel=2)
-    from torchmem.oom import dump
-
-    dump.after_install()
-    if dump_on_oom is True:
-        dump.dump_on_oom()
-    elif dump_on_oom not in (None, False):
-        dump.dump_on_oom(dump_on_oom)
+    for after, _ in devices.install_hooks():
+        after(dump_on_oom)  # the oom package's (torchmem/oom/dump.py) records, and dumps on OOM when asked
 
 
 def uninstall() -> None:
@@ -111,4 +88,4 @@ def uninstall() -> None:
 
 def installed() -> bool:
     """Whether torchmem is PyTorch's CPU allocator now."""
-    return bool(_C.cpu_installed())
+    return devices.cpu_installed()

@@ -50,7 +50,7 @@ from typing import Iterator
 
 import torch
 
-from torchmem import _C
+from torchmem import _C, devices
 
 __all__ = ["Arena", "ArenaEscapeError", "arena"]
 
@@ -74,24 +74,27 @@ class ArenaEscapeError(RuntimeError):
     """Allocations from an arena were still alive when its block ended."""
 
 
-def _is_cuda(device) -> bool:
-    if isinstance(device, torch.device):
-        return device.type == "cuda"
-    return isinstance(device, str) and device.split(":")[0] == "cuda"
+def _on_cuda(device) -> bool:
+    """Whether the arena's region comes from CUDA: a CUDA device, or None when torchmem is installed on CUDA
+    (torchmem.devices' rule)."""
+    return devices.is_cuda(device) or (device is None and devices.cuda_installed())
 
 
 def _make_device(device, capacity: int):
-    if device is None or isinstance(device, (str, torch.device)):
-        name = "cpu" if device is None else str(device)
-        if name == "cpu":
-            return _C.HostDevice(0)
-        if name == "sim":
-            return _C.SimDevice(capacity)
-        raise ValueError(f"torchmem.Arena: device must be 'cpu', 'cuda', 'cuda:N', 'sim' or a torchmem device, "
-                         f"got {device!r}")
     if isinstance(device, _C.Device):
         return device
-    raise TypeError(f"torchmem.Arena: unsupported device {device!r}")
+    if device == "sim":
+        return _C.SimDevice(capacity)
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise TypeError(f"torchmem.Arena: unsupported device {device!r}")
+    try:
+        name = devices.device_name(device)
+    except ValueError:
+        name = ""
+    if name != "cpu":
+        raise ValueError(f"torchmem.Arena: device must be 'cpu', 'cuda', 'cuda:N', 'sim' or a torchmem device, "
+                         f"got {device!r}")
+    return _C.HostDevice(0)
 
 
 def _make_fallback(fallback, caching):
@@ -109,7 +112,7 @@ def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, 
     from torchmem import cuda as tmcuda
 
     tmcuda._require_glue()  # CUDANotBuiltError without the CUDA part
-    if not tmcuda.installed():
+    if not devices.cuda_installed():
         raise RuntimeError("torchmem.Arena(device='cuda') takes its region from torchmem's CUDA allocator: "
                            "call torchmem.install() before CUDA initialises")
     index = tmcuda._index(device)
@@ -123,8 +126,11 @@ class Arena:
 
     Args:
         capacity: bytes taken from the device at creation.
-        device: None or "cpu" (host memory); "cuda" or "cuda:N" (one block of
-            torchmem's CUDA caching allocator, serving the current stream);
+        device: "cpu" (host memory); "cuda", "cuda:N" or an index N (one
+            block of torchmem's CUDA caching allocator, serving the current
+            stream); None: the device torchmem is installed on (CUDA's
+            current device when it is installed on CUDA, else the CPU:
+            torchmem.devices' rule);
             "sim" (a simulated device: addresses only, for tests and
             planning); or a ``torchmem._C`` device.
         alignment: default alignment of allocations (a power of two >= 64).
@@ -136,11 +142,11 @@ class Arena:
     def __init__(self, capacity: int, device=None, *, alignment: int = 64, fallback=None):
         capacity = int(capacity)
         self._cuda_index = None
-        if _is_cuda(device):
+        if _on_cuda(device):
             self._cuda_index, self._impl = _cuda_arena(device, capacity, alignment, fallback)
         else:
             self._device = _make_device(device, capacity)
-            caching = _C.cpu_caching_allocator() if isinstance(fallback, str) else None
+            caching = devices.caching_allocator("cpu") if isinstance(fallback, str) else None
             self._impl = _C.Arena(self._device, capacity, alignment, _make_fallback(fallback, caching))
         self.escaped = 0       # live allocations when the last block ended
         self.last_block: dict = {}
@@ -265,7 +271,7 @@ class Arena:
         if self._impl.device != "cpu":
             raise ValueError(f"torchmem.arena: routing torch allocations needs a 'cpu' or 'cuda' arena, "
                              f"not {self._impl.device!r}")
-        if not _C.cpu_installed():
+        if not devices.cpu_installed():
             raise RuntimeError("torchmem.arena routes allocations through torchmem's CPU allocator: "
                                "call torchmem.install() first")
         _C.push_thread_allocator(self._impl)
@@ -294,7 +300,8 @@ class Arena:
 @contextlib.contextmanager
 def arena(capacity: "int | Arena", device=None, *, on_escape: str = "keep", fallback=None) -> Iterator[Arena]:
     """``with torchmem.arena(capacity) as a:`` routes this thread's allocations
-    on `device` ("cpu" by default, or "cuda[:N]") into an arena for the block.
+    on `device` (as in Arena: None is the device torchmem is installed on)
+    into an arena for the block.
 
     Pass an existing ``Arena`` instead of a capacity to reuse its region
     across steps (the usual case; its device and fallback were chosen when it

@@ -116,7 +116,7 @@ def _segment_bytes(address: int, device: Any) -> int:
     """The size of the caching allocator's segment that holds `address` (0 if none does)."""
     from torchmem.memory import caching_allocator
 
-    allocator = caching_allocator(None if device.type == "cpu" else str(device))
+    allocator = caching_allocator(str(device))
     for seg in allocator.segments() if allocator is not None else []:
         if seg["address"] <= address < seg["address"] + seg["total_size"]:
             return seg["total_size"]
@@ -133,20 +133,21 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
     what it moves, for the moment of the copy."""
     import torch
 
-    import torchmem
-    from torchmem.planned import device_name, in_planned_step
+    from torchmem.devices import cpu_installed, device_name
+    from torchmem.memory import empty_cache, memory_reserved
+    from torchmem.planned import in_planned_step
 
-    if not torchmem.installed():
+    if not cpu_installed():
         raise RuntimeError("torchmem.compact() needs torchmem.install() first")
     if in_planned_step(device):
         raise RuntimeError("torchmem.compact() runs between steps, not inside a torchmem.planned() block")
     target = torch.device(device_name(device))
     tensors = [t for obj in objects for t in _group(obj)]
     movable, skipped = _movable(tensors, target)
-    before = torchmem.memory_reserved(target)
-    torchmem.empty_cache(target)  # the new block then comes from a fresh segment, not from holes
+    before = memory_reserved(target)
+    empty_cache(target)  # the new block then comes from a fresh segment, not from holes
     address = _pack(movable, target) if movable else 0
-    torchmem.empty_cache(target)
+    empty_cache(target)
     nbytes = sum(t.numel() * t.element_size() for t in movable)
-    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, torchmem.memory_reserved(target),
+    return CompactReport(len(movable), nbytes, 1 if movable else 0, skipped, before, memory_reserved(target),
                          _segment_bytes(address, target) if address else 0)

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 
 from torchmem import _C
+from torchmem.devices import cuda_glue_built, cuda_index, given_conf, resolve_conf
+from torchmem.devices import cuda_installed as installed  # noqa: F401  (torchmem.cuda.installed())
 
 KINDS = ("caching",)
 
@@ -41,11 +43,6 @@ ALREADY_INITIALIZED = (
     "torch.cuda.memory_allocated() or torch.cuda.get_device_properties(). In a notebook, restart "
     "the kernel and run it in the first cell."
 )
-
-
-def cuda_glue_built() -> bool:
-    """Whether this build of torchmem has its CUDA part (compiled against a CUDA torch)."""
-    return bool(getattr(_C, "has_cuda_glue", False))
 
 
 def _require_glue() -> None:
@@ -77,8 +74,6 @@ def install_cuda(kind: str = "caching", conf: str | None = None) -> None:
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
-    from torchmem._install import given_conf, resolve_conf
-
     given = given_conf(conf)
     if native_reuse_order() == "segment" and "reuse_order" not in given:
         given = "reuse_order:segment" + ("," + given if given else "")
@@ -116,20 +111,9 @@ def native_reuse_order() -> str:
     return _NATIVE_REUSE_ORDER[0]
 
 
-def installed() -> bool:
-    """Whether torchmem is PyTorch's CUDA allocator in this process."""
-    return cuda_glue_built() and bool(_C.cuda_installed())
-
-
 def _index(device: Any) -> int:
-    if device is None:
-        return torch.cuda.current_device()
-    if isinstance(device, int):
-        return device
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ValueError(f"expected a CUDA device, got {device}")
-    return device.index if device.index is not None else torch.cuda.current_device()
+    """The CUDA device `device` names (torchmem.devices' rule; None: the current one)."""
+    return torch.cuda.current_device() if device is None else cuda_index(device)
 
 
 def caching_allocator(device: Any = None) -> "_C.CachingAllocator":

@@ -4,6 +4,10 @@ Keys and meanings are those of ``torch.cuda.memory_stats()``: ``allocated``
 counts bytes in live tensors, ``reserved`` the bytes held from the device
 (allocated plus cached), each with ``.all`` / ``.large_pool`` /
 ``.small_pool`` and ``.current`` / ``.peak`` / ``.allocated`` / ``.freed``.
+
+``device``: None (the device torchmem is installed on: the current CUDA
+device when it is installed on CUDA, else the CPU), "cpu", "cuda", "cuda:N",
+an index or a torch.device (torchmem/devices.py).
 """
 from __future__ import annotations
 
@@ -11,27 +15,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any
 
-from torchmem import _C
-
-_SUPPORTED_DEVICES = ("cpu", None)
-
-
-def caching_allocator(device: Any = None) -> "_C.CachingAllocator | None":
-    """The caching allocator serving `device` (None before torchmem.install()).
-
-    device: None or "cpu" for the CPU install; "cuda", "cuda:N", an index or a
-    torch.device for the CUDA install.
-    """
-    name = str(device) if device is not None else None
-    if name in _SUPPORTED_DEVICES:
-        return _C.cpu_caching_allocator()
-    if isinstance(device, int) or (name or "").startswith("cuda"):
-        from torchmem import cuda
-
-        if not cuda.installed():
-            raise ValueError(f"torchmem manages the CPU on this machine (it is not installed on CUDA); got device {device!r}")
-        return cuda.caching_allocator(device)
-    raise ValueError(f"torchmem manages the CPU and CUDA devices; got device {device!r}")
+from torchmem.devices import caching_allocator  # the allocator serving a device, by torchmem.devices' rule
 
 
 def flatten_stats(nested: dict) -> "OrderedDict[str, int]":

@@ -52,7 +52,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
-from torchmem import _C
+from torchmem import _C, devices
 from torchmem.memory import caching_allocator, empty_cache
 from torchmem.plan import Buffer, solve
 
@@ -118,21 +118,12 @@ if hasattr(os, "register_at_fork"):
 
 
 def device_name(device: Any = None) -> str:
-    """The device planned() uses for `device`: "cpu" or "cuda:N" (None: "cuda:<current>"
+    """The device planned() uses for `device`: "cpu" or "cuda:N" (torchmem.devices' rule; None: "cuda:<current>"
     when torchmem is installed on CUDA, else "cpu")."""
-    if device is None:
-        device = "cuda" if getattr(_C, "cuda_installed", lambda: False)() else "cpu"
-    if isinstance(device, int) and not isinstance(device, bool):
-        device = f"cuda:{device}"
-    name = str(device)
-    if name == "cpu":
-        return name
-    if not name.startswith("cuda"):
-        raise ValueError(f"planned(): device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}")
-    import torch
-
-    index = torch.device(name).index
-    return f"cuda:{torch.cuda.current_device() if index is None else index}"
+    try:
+        return devices.device_name(device)
+    except ValueError:
+        raise ValueError(f"planned(): device must be 'cpu', 'cuda', 'cuda:N' or a torch.device, got {device!r}") from None
 
 
 def in_planned_step(device: Any = None) -> bool:
@@ -145,11 +136,11 @@ def _state(device: Any) -> _DeviceState:
     name = device_name(device)
     if name == "cpu":
         fallback = caching_allocator("cpu")
-        if fallback is None or not _C.cpu_installed():
+        if fallback is None or not devices.cpu_installed():
             raise RuntimeError("torchmem.planned() needs torchmem.install() first")
         push, pop = _C.push_thread_allocator, _C.pop_thread_allocator
     else:
-        if not getattr(_C, "cuda_installed", lambda: False)():
+        if not devices.cuda_installed():
             raise RuntimeError(f"torchmem.planned(device={name!r}) needs torchmem.install() on CUDA first")
         index = int(name.split(":")[1])
         fallback = caching_allocator(name)

@@ -25,7 +25,7 @@ import pickle
 from typing import Any, Callable
 
 from torchmem import _C
-from torchmem.memory import caching_allocator
+from torchmem.devices import caching_allocator, device_name
 from torchmem.trace_types import SNAPSHOT_ACTIONS, TraceError
 
 __all__ = [
@@ -46,15 +46,8 @@ _OFF = {"mode": None, "stacks": None, "max_entries": 0}
 
 
 def _device_key(device: Any) -> tuple[str, int]:
-    if device is None or str(device) == "cpu":
-        return ("cpu", 0)
-    if isinstance(device, int):
-        return ("cuda", device)
-    import torch
-
-    d = torch.device(device)
-    index = d.index if d.index is not None else (torch.cuda.current_device() if d.type == "cuda" else 0)
-    return (d.type, index)
+    name = device_name(device)
+    return ("cpu", 0) if name == "cpu" else ("cuda", int(name[5:]))
 
 
 def record_memory_history(
@@ -103,7 +96,7 @@ def _stop_at_exit() -> None:
     # Stacks are captured with the interpreter's help: stop before it goes.
     for kind, index in list(_recording):
         try:
-            allocator = caching_allocator(None if kind == "cpu" else f"{kind}:{index}")
+            allocator = caching_allocator("cpu" if kind == "cpu" else f"{kind}:{index}")
             if allocator is not None:
                 _C.enable_history(allocator, 0)
         except Exception:  # pragma: no cover - nothing to stop

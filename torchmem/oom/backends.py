@@ -123,10 +123,9 @@ class NativeCuda(TorchmemCuda):
 
 def current_backend() -> Any:
     """The backend of the allocator PyTorch uses now; RuntimeError when no backend can record one."""
-    from torchmem import cuda
-    from torchmem._install import installed as cpu_installed
+    from torchmem.devices import cpu_installed, cuda_installed
 
-    if cuda.installed():
+    if cuda_installed():
         return TorchmemCuda()
     if torch.cuda.is_available():
         return NativeCuda()
