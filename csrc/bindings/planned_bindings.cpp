@@ -13,6 +13,10 @@ namespace torchmem::bindings {
 void bind_planned(py::module_& m) {
   py::class_<RecordingAllocator, Allocator, std::shared_ptr<RecordingAllocator>>(m, "RecordingAllocator")
       .def(py::init<std::shared_ptr<Allocator>>(), py::arg("target"), py::keep_alive<1, 2>())
+      .def(
+          "allocate", [](RecordingAllocator& r, size_t n, Stream stream) { return reinterpret_cast<uintptr_t>(r.allocate(n, stream)); },
+          py::arg("size"), py::arg("stream") = 0)
+      .def("deallocate", [](RecordingAllocator& r, uintptr_t p) { r.deallocate(reinterpret_cast<void*>(p)); }, py::arg("ptr"))
       .def("events", [](const RecordingAllocator& r) {
         py::list out;
         for (const RecordedEvent& e : r.events()) {
