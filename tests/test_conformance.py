@@ -4,6 +4,11 @@ Each allocator is reached through the same small interface: allocate(size)
 -> address, deallocate(address), owns(address). Host-backed allocators also
 get their memory written and read back, so overlapping blocks would show as
 corrupted data.
+
+"Every" is checked, not claimed: test_every_allocator_is_in_the_suite lists
+the classes the extension registers as a ``torchmem._C.Allocator`` (the
+``DeviceAllocator`` policies among them) and fails when a factory here makes
+none of one of them.
 """
 import ctypes
 import random
@@ -56,6 +61,28 @@ FACTORIES = {
 }
 
 
+def _planned_slab_in_step():
+    # A step under way with a plan: requests of a slot's size hit the region, the others miss to the fallback.
+    slab = _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice(), ""))
+    slab.begin_step(slab.add_plan([1 << 20, 512, 4096], [0, 1 << 20, 2 << 20], [0, 0, 0], 3 << 20))
+    return slab, True
+
+
+def _planned_slab_between_steps():
+    return _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice(), "")), True
+
+
+def _recording_over_caching():
+    return _C.RecordingAllocator(_C.CachingAllocator(_C.HostDevice(), "")), True
+
+
+FACTORIES.update({
+    "planned-slab-in-step": _planned_slab_in_step,
+    "planned-slab-between-steps": _planned_slab_between_steps,
+    "recording-over-caching": _recording_over_caching,
+})
+
+
 def register(name, factory):
     """Add an allocator to the suite: factory() -> (allocator, host_backed)."""
     FACTORIES[name] = factory
@@ -68,9 +95,31 @@ for _name, _factory in _arena_factories().items():
     register(_name, _factory)
 
 
+def registered_allocator_classes() -> set:
+    """Every class the extension registers under torchmem._C.Allocator that can be made (the abstract
+    interfaces, Allocator and DeviceAllocator, have no constructor)."""
+    found, todo = set(), [_C.Allocator]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        try:
+            cls()
+        except TypeError as exc:
+            if "No constructor defined" in str(exc):
+                continue
+        found.add(cls)
+    return found
+
+
 def test_every_allocator_is_in_the_suite():
-    assert {"caching-host", "caching-sim", "stitch-host", "stitch-sim", "arena-sim",
-            "arena-host-fallback"} <= set(FACTORIES), sorted(FACTORIES)
+    made = {}
+    for name, factory in FACTORIES.items():
+        allocator, _ = factory()
+        made.setdefault(type(allocator), []).append(name)
+    registered = registered_allocator_classes()
+    assert {_C.CachingAllocator, _C.StitchAllocator, _C.Arena, _C.PlannedSlab, _C.RecordingAllocator} <= registered
+    missing = sorted(cls.__name__ for cls in registered - set(made))
+    assert not missing, f"allocators the extension registers and no factory of the suite makes: {missing}"
 
 
 @pytest.fixture(params=sorted(FACTORIES))
