@@ -7,6 +7,7 @@
 #include "core/base/alloc_config.h"
 #include "core/policy/native/caching_allocator.h"
 #include "core/base/device_allocator.h"
+#include "core/base/policy_registry.h"
 #include "core/policy/stitch/stitch_allocator.h"
 #include "core/devices/host_device.h"
 #include "core/devices/sim_device.h"
@@ -71,9 +72,7 @@ void bind_caching(py::module_& m) {
       .def_property_readonly(
           "allocator_settings", [](const DeviceAllocator& a) { return config_to_settings(a.config()); },
           "The config in the layout of a PyTorch snapshot's allocator_settings.")
-      .def_property_readonly("policy", [](const DeviceAllocator& a) {
-        return a.config().policy == Policy::kStitch ? "stitch" : "native";
-      })
+      .def_property_readonly("policy", [](const DeviceAllocator& a) { return a.config().policy; })
       .def_property_readonly("device", [](DeviceAllocator& a) { return a.device().name(); });
 
   py::class_<CachingAllocator, DeviceAllocator, std::shared_ptr<CachingAllocator>>(m, "CachingAllocator")
@@ -101,6 +100,15 @@ void bind_caching(py::module_& m) {
       },
       py::arg("device"), py::arg("conf") = "", py::keep_alive<0, 1>(),
       "The allocator the config's policy asks for (policy:native, the default, or policy:stitch) on `device`.");
+
+  m.def(
+      "policies",
+      [] {
+        std::vector<std::string> names;
+        for (const PolicyRegistration& p : registered_policies()) names.emplace_back(p.name);
+        return names;
+      },
+      "The names a config's policy:NAME may give, the default first (csrc/core/policy/policies.cpp).");
 }
 
 }  // namespace torchmem::bindings

@@ -106,7 +106,7 @@ py::dict config_to_settings(const AllocatorConfig& config) {
     divisions[py::str(std::to_string(size_t(1) << i))] = config.roundup_power2_divisions[i];
   }
   d["roundup_power2_divisions"] = divisions;
-  if (config.policy == Policy::kStitch) d["policy"] = "stitch";
+  if (config.policy != kNativePolicy) d["policy"] = config.policy;
   return d;
 }
 

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/policy_registry.h"
+
 namespace torchmem {
 
 namespace {
@@ -228,9 +230,8 @@ AllocatorConfig AllocatorConfig::parse(const std::string& text) {
       const std::string allowed = "a whole number of MB greater than 0";
       if (parse_count(key, value, allowed) == 0) fail(key, value, allowed);
     } else if (key == "policy") {
-      if (value == "native") c.policy = Policy::kNative;
-      else if (value == "stitch") c.policy = Policy::kStitch;
-      else fail(key, value, "native (PyTorch's caching policy, the default) or stitch (least memory: docs/stitch.md)");
+      if (find_policy(value) == nullptr) fail(key, value, policy_choices());
+      c.policy = value;
     } else if (key == "capacity") {
       c.capacity = parse_size(value);
       if (c.capacity == 0) fail(key, value, "a size greater than zero");
@@ -284,7 +285,7 @@ std::string AllocatorConfig::to_string() const {
   if (expandable_segments) item("expandable_segments", "True");
   if (per_process_memory_fraction != 1.0) item("per_process_memory_fraction", std::to_string(per_process_memory_fraction));
   if (capacity != 0) item("capacity", std::to_string(capacity));
-  if (policy == Policy::kStitch) item("policy", "stitch");
+  if (policy != kNativePolicy) item("policy", policy);
   if (reuse_order == ReuseOrder::kRecent) item("reuse_order", "recent");
   if (reuse_order == ReuseOrder::kSegment) item("reuse_order", "segment");
   if (min_block_size != kMinBlockSize) item("min_block_size", std::to_string(min_block_size));

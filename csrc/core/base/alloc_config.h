@@ -54,8 +54,10 @@ constexpr size_t kMinLargeAlloc = 10485760;    // from 10 MiB, segments fit the 
 constexpr size_t kRoundLarge = 2097152;        // ... rounded up to 2 MiB
 constexpr size_t kRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB, one per power of two
 
-// Which DeviceAllocator make_device_allocator() builds (device_allocator.h).
-enum class Policy : uint8_t { kNative, kStitch };
+// The name of the policy make_device_allocator() builds by default:
+// PyTorch's caching policy. The names a config may give are those
+// registered in policy/policies.cpp (base/policy_registry.h).
+inline constexpr const char* kNativePolicy = "native";
 
 // Note [CPU settings]
 // Two settings change decisions, so the native policy (and the simulated
@@ -87,7 +89,7 @@ struct AllocatorConfig {
   // below 1; DeviceCachingAllocator::setMemoryFraction).
   double per_process_memory_fraction = 1.0;
   size_t capacity = 0;  // 0: the device's own
-  Policy policy = Policy::kNative;
+  std::string policy = kNativePolicy;  // a registered policy's name
   ReuseOrder reuse_order = ReuseOrder::kAddress;
   size_t min_block_size = kMinBlockSize;  // a power of two, kMinCpuBlockSize .. kMinBlockSize
 

@@ -19,6 +19,7 @@
 #include "core/base/alloc_config.h"
 #include "core/devices/device.h"
 #include "core/base/node_pool.h"
+#include "core/base/segment_info.h"
 
 namespace torchmem {
 
@@ -157,27 +158,6 @@ struct BlockPool {
     blocks.erase(block->pool_pos);
     insert(block);
   }
-};
-
-// Plain data for snapshots (torch.cuda.memory._snapshot()'s segments).
-struct BlockInfo {
-  uintptr_t addr = 0;
-  size_t size = 0;
-  size_t requested_size = 0;
-  bool allocated = false;      // live: handed out and not freed
-  bool mapped = true;
-  bool active = false;         // allocated, or freed and waiting for other streams
-};
-
-struct SegmentInfo {
-  uintptr_t addr = 0;
-  size_t total_size = 0;
-  Stream stream = 0;
-  bool is_small = false;
-  bool is_expandable = false;
-  size_t allocated_size = 0;
-  size_t requested_size = 0;
-  std::vector<BlockInfo> blocks;
 };
 
 }  // namespace torchmem

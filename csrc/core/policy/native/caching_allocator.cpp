@@ -69,50 +69,14 @@ size_t roundup_power2_next_division(size_t size, size_t divisions) {
 
 }  // namespace
 
-std::string hex_address(uintptr_t addr) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(addr));
-  return buf;
-}
-
-std::string format_size(size_t bytes) {
-  char buf[64];
-  if (bytes <= 1024) {
-    std::snprintf(buf, sizeof buf, "%zu bytes", bytes);
-  } else if (bytes <= 1048576) {
-    std::snprintf(buf, sizeof buf, "%.2f KiB", bytes / 1024.0);
-  } else if (bytes <= 1073741824) {
-    std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / 1048576.0);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 1073741824.0);
-  }
-  return buf;
-}
-
-std::string oom_message_head(const std::string& device_name, const OomInfo& info, bool limited) {
-  std::ostringstream msg;
-  msg << device_name << " out of memory. Tried to allocate " << format_size(info.alloc_size) << ". Device "
-      << device_name << " has a total capacity of " << format_size(info.device_total) << " of which "
-      << format_size(info.device_free) << " is free. "
-      << (limited ? format_size(info.allowed) + " allowed; " : std::string()) << "Of the allocated memory "
-      << format_size(info.allocated) << " is allocated by PyTorch, and "
-      << format_size(info.reserved - std::min(info.reserved, info.allocated))
-      << " is reserved by PyTorch but unallocated";
-  return msg.str();
-}
-
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
-    : device_(device),
-      config_(config),
+    : PolicyBase(device, config),
       rounds_power2_divisions_(std::any_of(config.roundup_power2_divisions.begin(),
                                            config.roundup_power2_divisions.end(), [](size_t d) { return d > 1; })) {
-  if (config_.policy != Policy::kNative) {
+  if (config_.policy != kNativePolicy) {
     throw std::invalid_argument("CachingAllocator is the native policy; '" + config_.to_string() +
                                 "' asks for another: make it with make_device_allocator()");
   }
-  stats_.max_split_size = static_cast<int64_t>(
-      std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
-  set_memory_fraction(config_.per_process_memory_fraction);
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -139,31 +103,6 @@ size_t CachingAllocator::round_size_by_divisions(size_t size) const {
   const size_t divisions = config_.divisions_for(size);
   if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
   return round_up_pow2(size, config_.min_block_size);
-}
-
-size_t CachingAllocator::limit_bytes() const {
-  return static_cast<size_t>(memory_fraction_ * static_cast<double>(device_.total_bytes()));
-}
-
-void CachingAllocator::set_memory_fraction(double fraction) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw std::invalid_argument("memory fraction must be in [0.0, 1.0], got " + std::to_string(fraction));
-  }
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  memory_fraction_ = fraction;
-  fraction_set_ = fraction < 1.0;  // 1: no limit, as PyTorch's setMemoryFraction
-}
-
-
-void CachingAllocator::add_free_memory_callback(std::function<bool()> callback) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  free_memory_callbacks_.push_back(std::move(callback));
-}
-
-bool CachingAllocator::trigger_free_memory_callbacks() {
-  bool freed = false;
-  for (auto& callback : free_memory_callbacks_) freed |= callback();
-  return freed;
 }
 
 inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream stream) {
@@ -475,11 +414,6 @@ bool CachingAllocator::allocation_stream(const void* ptr, Stream* stream) const 
   return true;
 }
 
-void CachingAllocator::set_releases_blocked(bool blocked) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  releases_blocked_ = blocked;
-}
-
 void CachingAllocator::set_pending_free_waiter(PendingFreeWaiter waiter) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   pending_free_waiter_ = std::move(waiter);
@@ -647,184 +581,6 @@ void CachingAllocator::empty_cache() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (releases_blocked_) return;
   release_cached_blocks();
-}
-
-size_t CachingAllocator::largest_free_block_locked() const {
-  size_t largest = 0;
-  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
-    for (const Block* b : pool->blocks) largest = std::max(largest, b->size);
-  }
-  return largest;
-}
-
-size_t CachingAllocator::largest_free_block() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return largest_free_block_locked();
-}
-
-void CachingAllocator::throw_oom(const Request& r) {
-  ++stats_.num_ooms;
-  const size_t device_free = device_.free_bytes();
-  // PyTorch's malloc records the rounded size in the trace and reports the
-  // segment it tried to get (alloc_size) in the message and to observers. A
-  // request over kMaxRequest fails before either is worked out.
-  history_.record(Action::kOom, device_free, r.size ? r.size : r.requested, r.stream);
-  OomInfo info;
-  info.requested = r.requested;
-  info.alloc_size = r.alloc_size ? r.alloc_size : r.requested;
-  const DeviceStats now = stats_.with_pool_sums();
-  info.allocated = static_cast<size_t>(now.allocated_bytes[kAggregate].current);
-  info.reserved = static_cast<size_t>(now.reserved_bytes[kAggregate].current);
-  info.largest_free = largest_free_block_locked();
-  info.device_total = device_.total_bytes();
-  info.device_free = device_free;
-  info.allowed = fraction_set_ ? limit_bytes() : info.device_total;
-  throw OutOfMemory(oom_message_head(device_.name(), info, fraction_set_) + "; the largest free block is " +
-                        format_size(info.largest_free) +
-                        ". If reserved but unallocated memory is large try setting "
-                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TORCHMEM_ALLOC_CONF for torchmem) to "
-                        "avoid fragmentation.",
-                    info);
-}
-
-void CachingAllocator::enable_history(size_t max_entries, History::ContextProvider provider) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  history_.enable(max_entries, std::move(provider));
-}
-
-std::vector<TraceEntry> CachingAllocator::history_entries() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return history_.entries();
-}
-
-bool CachingAllocator::history_enabled() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return history_.enabled();
-}
-
-DeviceStats CachingAllocator::stats() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return stats_.with_pool_sums();
-}
-
-void CachingAllocator::reset_peak_stats() {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.reset_peaks();
-}
-
-void CachingAllocator::reset_accumulated_stats() {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.reset_accumulated();
-}
-
-std::vector<SegmentInfo> CachingAllocator::segments() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return segments_locked();
-}
-
-std::vector<SegmentInfo> CachingAllocator::segments_locked() const {
-  // A segment starts at a mapped block with no mapped block before it: for
-  // expandable segments, each mapped run of the range is one segment.
-  auto is_head = [](const Block* b) { return b->mapped && (!b->prev || !b->prev->mapped); };
-  std::vector<const Block*> heads;
-  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
-    for (const Block* b : pool->blocks) {
-      if (is_head(b)) heads.push_back(b);
-    }
-  }
-  live_blocks_.for_each([&](const Block* b) {
-    if (is_head(b)) heads.push_back(b);
-  });
-  std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) { return a->addr < b->addr; });
-  std::vector<SegmentInfo> out;
-  out.reserve(heads.size());
-  for (const Block* head : heads) {
-    SegmentInfo seg;
-    seg.addr = head->addr;
-    seg.stream = head->stream;
-    seg.is_small = head->pool->is_small;
-    seg.is_expandable = head->expandable != nullptr;
-    for (const Block* b = head; b && b->mapped; b = b->next) {
-      seg.total_size += b->size;
-      const bool live = b->allocated && !b->free_requested;
-      if (live) seg.allocated_size += b->size;
-      if (b->allocated) seg.requested_size += b->requested_size;  // active blocks, as PyTorch
-      seg.blocks.push_back(BlockInfo{b->addr, b->size, b->requested_size, live, b->mapped, b->allocated});
-    }
-    out.push_back(std::move(seg));
-  }
-  return out;
-}
-
-void CachingAllocator::check_invariants() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  auto fail = [](const std::string& what) { throw std::logic_error("caching allocator invariant broken: " + what); };
-  DeviceStats expect;
-  size_t free_blocks_seen = 0;
-  size_t live_blocks_seen = 0;
-  uintptr_t previous_end = 0;
-  for (const SegmentInfo& seg : segments_locked()) {
-    if (seg.addr < previous_end) fail("segment at " + hex_address(seg.addr) + " overlaps the previous one");
-    previous_end = seg.addr + seg.total_size;
-    const size_t pool_stat = seg.is_small ? kSmallPool : kLargePool;
-    for (size_t t : {size_t(kAggregate), pool_stat}) {
-      if (!seg.is_expandable) expect.segment[t].current += 1;  // mapped pages are not segments
-      expect.reserved_bytes[t].current += static_cast<int64_t>(seg.total_size);
-    }
-    uintptr_t cursor = seg.addr;
-    bool previous_free = false;
-    for (const BlockInfo& b : seg.blocks) {
-      if (b.addr != cursor) fail("blocks of segment " + hex_address(seg.addr) + " do not tile it at " + hex_address(b.addr));
-      cursor += b.size;
-      if (b.size == 0 || b.size % config_.min_block_size != 0) fail("block at " + hex_address(b.addr) + " has size " + std::to_string(b.size));
-      const bool is_free = !b.active;
-      if (is_free && previous_free) fail("two neighbouring free blocks at " + hex_address(b.addr));
-      if (b.allocated && !b.active) fail("block at " + hex_address(b.addr) + " is allocated but not active");
-      previous_free = is_free;
-      for (size_t t : {size_t(kAggregate), pool_stat}) {
-        if (b.active) {
-          expect.active[t].current += 1;
-          expect.active_bytes[t].current += static_cast<int64_t>(b.size);
-          expect.requested_bytes[t].current += static_cast<int64_t>(b.requested_size);
-        }
-        if (b.allocated) {
-          expect.allocation[t].current += 1;
-          expect.allocated_bytes[t].current += static_cast<int64_t>(b.size);
-        } else if (!b.active && seg.blocks.size() > 1 && !seg.is_expandable) {
-          expect.inactive_split[t].current += 1;
-          expect.inactive_split_bytes[t].current += static_cast<int64_t>(b.size);
-        }
-      }
-      (b.active ? live_blocks_seen : free_blocks_seen) += 1;
-    }
-  }
-  if (live_blocks_seen != live_blocks_.size()) fail("live block map out of step with the segments");
-  if (free_blocks_seen != large_blocks_.blocks.size() + small_blocks_.blocks.size()) fail("pools out of step with the segments");
-  size_t mapped_expandable = 0;
-  for (const auto& es : expandable_segments_) mapped_expandable += es->mapped_bytes();
-  size_t expandable_reserved = 0;
-  for (const BlockPool* pool : {&large_blocks_, &small_blocks_}) {
-    for (const PoolEntry& entry : pool->blocks) {
-      const Block* b = entry.block;
-      if (b->allocated || b->pool != pool || !b->mapped) fail("pool holds a block that is allocated, unmapped or belongs elsewhere");
-      if (b->pool_pos->block != b || !(entry.key == key_of(b))) fail("block at " + hex_address(b->addr) + " has a stale pool entry");
-      if (b->expandable) expandable_reserved += b->size;
-    }
-    for (const Block* b : pool->unmapped) {
-      if (b->allocated || b->mapped || !b->expandable) fail("unmapped set holds a mapped or allocated block");
-      if (b->next && !b->next->mapped && !b->next->allocated) fail("two neighbouring unmapped blocks at " + hex_address(b->addr));
-    }
-  }
-  live_blocks_.for_each([&](const Block* b) {
-    if (b->expandable) expandable_reserved += b->size;
-  });
-  if (expandable_reserved != mapped_expandable) {
-    fail("mapped pages (" + std::to_string(mapped_expandable) + " bytes) differ from the blocks in them (" +
-         std::to_string(expandable_reserved) + ")");
-  }
-  const std::string stats_differ = stats_.current_difference(expect);
-  if (!stats_differ.empty()) fail(stats_differ);
-  if (static_cast<int64_t>(total_reserved_) != expect.reserved_bytes[kAggregate].current) fail("total reserved out of step");
 }
 
 }  // namespace torchmem

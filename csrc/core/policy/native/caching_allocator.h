@@ -18,48 +18,22 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/allocator.h"
-#include "core/policy/native/block.h"
-#include "core/devices/device.h"
 #include "core/base/device_allocator.h"
-#include "core/policy/native/expandable_segment.h"
-#include "core/sync/fork_safety.h"
 #include "core/base/history.h"
 #include "core/base/live_block_map.h"
 #include "core/base/node_pool.h"
 #include "core/base/out_of_memory.h"
 #include "core/base/stats.h"
+#include "core/devices/device.h"
+#include "core/policy/native/block.h"
+#include "core/policy/native/expandable_segment.h"
+#include "core/policy/policy_base.h"
+#include "core/replay/recorded_state.h"
+#include "core/sync/fork_safety.h"
 
 namespace torchmem {
 
-// A segment as it stood when a recording began (Note [Start state]): its
-// place, and the blocks live in it in address order. A live block whose
-// size is 0 gets the size the policy would have given its request.
-struct RecordedBlock {
-  uintptr_t addr = 0;
-  size_t size = 0;            // 0: infer from requested_size
-  size_t requested_size = 0;
-};
-
-struct RecordedSegment {
-  uintptr_t addr = 0;
-  size_t size = 0;
-  Stream stream = 0;
-  bool is_small = false;
-  std::vector<RecordedBlock> live_blocks;
-};
-
-// The range of an expandable segment as it stood when a recording began:
-// where it begins, the runs of pages mapped then (sorted, disjoint, on the
-// pool's page grid from base), and the blocks live in them.
-struct RecordedRange {
-  uintptr_t base = 0;
-  Stream stream = 0;
-  bool is_small = false;
-  std::vector<SegmentRange> mapped;
-  std::vector<RecordedBlock> live_blocks;
-};
-
-class CachingAllocator final : public DeviceAllocator {
+class CachingAllocator final : public PolicyBase, public RecordedSegments {
  public:
   // Throws std::invalid_argument for a config whose policy is not native
   // (make_device_allocator() makes the others).
@@ -86,7 +60,6 @@ class CachingAllocator final : public DeviceAllocator {
   bool request_free(void* ptr) override;
   void complete_free(void* ptr) override;
   bool allocation_stream(const void* ptr, Stream* stream) const override;
-  void set_releases_blocked(bool blocked) override;
   void set_pending_free_waiter(PendingFreeWaiter waiter) override;
 
   // Returns every cached, unsplit segment (and unmapped expandable pages) to
@@ -98,7 +71,7 @@ class CachingAllocator final : public DeviceAllocator {
   // expandable segment that holds `addr`, as empty_cache() would. Returns
   // false and changes nothing when no such free memory is there. Used by
   // replays to make a recording's own segment_free / segment_unmap.
-  bool release_cached_segment(uintptr_t addr);
+  bool release_cached_segment(uintptr_t addr) override;
 
   // Rebuilds a segment that existed before a recorded run began: live
   // blocks as given (sizes inferred where 0), free blocks in the gaps,
@@ -107,7 +80,7 @@ class CachingAllocator final : public DeviceAllocator {
   // the allocator frees it like any other segment. Throws
   // std::invalid_argument naming the block when blocks overlap, leave the
   // segment, or are unaligned; the allocator is unchanged then.
-  void restore_segment(const RecordedSegment& segment);
+  void restore_segment(const RecordedSegment& segment) override;
   // The same for an expandable segment: reserves its range at `base` (the
   // device must give that address: SimDevice::offer), maps the recorded
   // pages, tiles them with the live blocks and free blocks, and leaves the
@@ -115,47 +88,23 @@ class CachingAllocator final : public DeviceAllocator {
   // split whenever 512 B remain). Throws std::invalid_argument naming the
   // problem (address taken, capacity, pages off the grid, blocks outside the
   // mapped pages or overlapping); the allocator is unchanged then.
-  void restore_expandable(const RecordedRange& range);
+  void restore_expandable(const RecordedRange& range) override;
+  RecordedSegments* recorded_segments() override { return this; }
 
-  // Called on a miss before a new segment is allocated; a callback returns
-  // true when it freed memory the allocator may now find cached. Callbacks
-  // run under the allocator's lock (as PyTorch's): they must not call back
-  // into this allocator (a deallocate() from a callback deadlocks).
-  void add_free_memory_callback(std::function<bool()> callback) override;
-
-  // Limits reserved memory to fraction * device.total_bytes() and enables the
-  // garbage collection threshold when fraction < 1; 1 lifts the limit (as
-  // torch.cuda.set_per_process_memory_fraction). Throws
-  // std::invalid_argument outside [0, 1].
-  void set_memory_fraction(double fraction) override;
-
-  DeviceStats stats() const override;
-  // The live statistics without taking the lock, kept pool by pool (their
-  // aggregates hold only peaks: stats.h, increase_pool): only for an owner
-  // that is the allocator's sole user (the replayer).
-  const DeviceStats& stats_ref() const { return stats_; }
-  void reset_peak_stats() override;
-  void reset_accumulated_stats() override;
+  // add_free_memory_callback, set_memory_fraction, set_releases_blocked,
+  // stats, reset_*_stats, history, config and device: PolicyBase's
+  // (policy_base.h). Callbacks run on a miss before a new segment is
+  // allocated; a fraction below 1 also enables the garbage collection
+  // threshold.
   size_t largest_free_block() const override;
 
   // Segments and blocks as they stand (address order), for snapshots.
   std::vector<SegmentInfo> segments() const override;
-  // History under the allocator's lock (safe while other threads allocate).
-  // enable_history(0) stops recording and drops the entries.
-  void enable_history(size_t max_entries, History::ContextProvider provider = nullptr) override;
-  std::vector<TraceEntry> history_entries() const override;
-  bool history_enabled() const override;
-  // Direct access, for single-threaded owners (the replayer) only.
-  History& history() { return history_; }
-
   // Throws std::logic_error describing the first broken invariant:
   // blocks tile each segment exactly; no two neighbouring blocks are both
   // free; pools hold exactly the free blocks; stats equal a recomputation;
   // no two live blocks overlap.
   void check_invariants() const override;
-
-  const AllocatorConfig& config() const override { return config_; }
-  Device& device() override { return device_; }
 
  private:
   // One allocation request as it goes through the policy.
@@ -203,8 +152,6 @@ class CachingAllocator final : public DeviceAllocator {
   [[noreturn]] void throw_oom(const Request& r);
   size_t largest_free_block_locked() const;
   std::vector<SegmentInfo> segments_locked() const;
-  bool trigger_free_memory_callbacks();
-  size_t limit_bytes() const;
 
   Block* make_block() { return new (nodes_.take()) Block(); }
   void destroy_block(Block* block) {
@@ -213,22 +160,13 @@ class CachingAllocator final : public DeviceAllocator {
   }
   void adopt_live_block(Block* block);
 
-  Device& device_;
-  AllocatorConfig config_;
   const bool rounds_power2_divisions_;  // some interval of roundup_power2_divisions is over 1
-  mutable ForkSafeMutex mutex_{LockRank::kAllocator};
   NodePool nodes_;  // blocks and container nodes; outlives the containers below
   BlockPool large_blocks_{false, &nodes_, config_.reuse_order};
   BlockPool small_blocks_{true, &nodes_, config_.reuse_order};
   LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
-  DeviceStats stats_;  // kept pool by pool (stats.h, increase_pool); stats() fills in the aggregates
   size_t total_reserved_ = 0;
-  double memory_fraction_ = 1.0;
-  bool fraction_set_ = false;  // a limit applies: memory_fraction_ < 1
-  History history_;
-  std::vector<std::function<bool()>> free_memory_callbacks_;
-  bool releases_blocked_ = false;
   PendingFreeWaiter pending_free_waiter_;
 };
 

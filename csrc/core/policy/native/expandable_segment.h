@@ -26,14 +26,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/segment_info.h"
 #include "core/devices/device.h"
 
 namespace torchmem {
-
-struct SegmentRange {
-  uintptr_t addr;
-  size_t size;
-};
 
 class ExpandableSegment {
  public:

@@ -55,13 +55,10 @@ size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 }  // namespace
 
 StitchAllocator::StitchAllocator(Device& device, AllocatorConfig config)
-    : device_(device), config_(config), page_size_(device.page_size()) {
+    : PolicyBase(device, config), page_size_(device.page_size()) {
   if (page_size_ == 0 || page_size_ % kMinBlockSize != 0 || page_size_ > (size_t(1) << 31)) {
     throw std::invalid_argument("stitch policy: the device's page size must be a multiple of 512 B, at most 2 GiB");
   }
-  stats_.max_split_size = static_cast<int64_t>(
-      std::min<size_t>(config_.max_split_size, std::numeric_limits<int64_t>::max()));
-  set_memory_fraction(config_.per_process_memory_fraction);
 }
 
 StitchAllocator::~StitchAllocator() {
@@ -78,24 +75,6 @@ void StitchAllocator::destroy_block(SBlock* block) {
 }
 
 static_assert(sizeof(void*) * 8 <= NodePool::kChunk, "a block must fit a node-pool chunk");
-
-void StitchAllocator::set_memory_fraction(double fraction) {
-  if (!(fraction >= 0.0 && fraction <= 1.0)) {
-    throw std::invalid_argument("memory fraction must be in [0.0, 1.0], got " + std::to_string(fraction));
-  }
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  memory_fraction_ = fraction;
-  fraction_set_ = fraction < 1.0;
-}
-
-size_t StitchAllocator::limit_bytes() const {
-  return static_cast<size_t>(memory_fraction_ * static_cast<double>(device_.total_bytes()));
-}
-
-void StitchAllocator::add_free_memory_callback(std::function<bool()> callback) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  free_memory_callbacks_.push_back(std::move(callback));
-}
 
 // ---------------------------------------------------------------------------
 // Placement
@@ -383,21 +362,37 @@ void* StitchAllocator::allocate(size_t size, Stream stream) {
   if (size == 0) return nullptr;
   const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  if (size > kMaxRequest) throw_oom(size, 0, stream);
+  void* ptr = allocate_locked(size, stream, context);
+  if (ptr == nullptr) throw_oom(size, size > kMaxRequest ? 0 : round_up(size, kMinBlockSize), stream);
+  return ptr;
+}
+
+void* StitchAllocator::try_allocate(size_t size, Stream stream) {
+  if (size == 0) return nullptr;
+  const uint64_t context = history_.context();
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  return allocate_locked(size, stream, context);
+}
+
+void StitchAllocator::throw_out_of_memory(size_t size, Stream stream) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  throw_oom(size, size > kMaxRequest ? 0 : round_up(size, kMinBlockSize), stream);
+}
+
+void* StitchAllocator::allocate_locked(size_t size, Stream stream, uint64_t context) {
+  if (size > kMaxRequest) return nullptr;
   const size_t rounded = round_up(size, kMinBlockSize);
-  if (rounded > device_.total_bytes()) throw_oom(size, rounded, stream);  // no range of pages could hold it
+  if (rounded > device_.total_bytes()) return nullptr;  // no range of pages could hold it
   const bool is_small = rounded <= kSmallSize;
   Placement p = place(rounded, stream, is_small);
   if (p.block && p.maps > 0 && !free_memory_callbacks_.empty()) {
-    bool freed = false;
-    for (auto& callback : free_memory_callbacks_) freed |= callback();
-    if (freed) p = place(rounded, stream, is_small);
+    if (trigger_free_memory_callbacks()) p = place(rounded, stream, is_small);
   }
   if (!p.block) {
-    if (!add_range(stream, is_small, rounded)) throw_oom(size, rounded, stream);
+    if (!add_range(stream, is_small, rounded)) return nullptr;
     p = place(rounded, stream, is_small);
   }
-  if (!map_placement(p, rounded, stream)) throw_oom(size, rounded, stream);
+  if (!map_placement(p, rounded, stream)) return nullptr;
   if (p.maps == 0) ++counters_.placements_on_cached;
   SBlock* block = carve(p, rounded);
   block->requested = size;
@@ -450,11 +445,6 @@ bool StitchAllocator::try_deallocate(void* ptr) {
   return true;
 }
 
-void StitchAllocator::set_releases_blocked(bool blocked) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  releases_blocked_ = blocked;
-}
-
 void StitchAllocator::empty_cache() {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   if (releases_blocked_) return;
@@ -482,42 +472,20 @@ void StitchAllocator::throw_oom(size_t requested, size_t rounded, Stream stream)
 }
 
 // ---------------------------------------------------------------------------
-// Statistics and history
-
-void StitchAllocator::enable_history(size_t max_entries, History::ContextProvider provider) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  history_.enable(max_entries, std::move(provider));
-}
-
-std::vector<TraceEntry> StitchAllocator::history_entries() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return history_.entries();
-}
-
-bool StitchAllocator::history_enabled() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return history_.enabled();
-}
-
-DeviceStats StitchAllocator::stats() const {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  return stats_.with_pool_sums();
-}
-
-void StitchAllocator::reset_peak_stats() {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.reset_peaks();
-}
-
-void StitchAllocator::reset_accumulated_stats() {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  stats_.reset_accumulated();
-  counters_ = Counters{};
-}
+// Counters
 
 StitchAllocator::Counters StitchAllocator::counters() const {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   return counters_;
+}
+
+std::vector<std::pair<const char*, uint64_t>> StitchAllocator::policy_counters() const {
+  const Counters c = counters();
+  return {{"page_maps", c.page_maps},
+          {"page_unmaps", c.page_unmaps},
+          {"reclaims", c.reclaims},
+          {"ranges_reserved", c.ranges_reserved},
+          {"placements_on_cached", c.placements_on_cached}};
 }
 
 size_t StitchAllocator::ranges() const {

@@ -43,16 +43,17 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/device_allocator.h"
-#include "core/sync/fork_safety.h"
 #include "core/base/history.h"
 #include "core/base/node_pool.h"
 #include "core/base/out_of_memory.h"
 #include "core/base/stats.h"
+#include "core/policy/policy_base.h"
 #include "core/policy/stitch/stitch_range.h"
+#include "core/sync/fork_safety.h"
 
 namespace torchmem {
 
-class StitchAllocator final : public DeviceAllocator {
+class StitchAllocator final : public PolicyBase {
  public:
   explicit StitchAllocator(Device& device, AllocatorConfig config = {});
   ~StitchAllocator() override;
@@ -60,6 +61,8 @@ class StitchAllocator final : public DeviceAllocator {
   StitchAllocator& operator=(const StitchAllocator&) = delete;
 
   void* allocate(size_t size, Stream stream = 0) override;
+  void* try_allocate(size_t size, Stream stream = 0) override;
+  [[noreturn]] void throw_out_of_memory(size_t size, Stream stream) override;
   void deallocate(void* ptr) override;
   bool owns(const void* ptr) const override;
   bool has_live_allocations() const override;
@@ -67,36 +70,23 @@ class StitchAllocator final : public DeviceAllocator {
 
   // Unmaps every cached page and releases ranges with no live block.
   void empty_cache() override;
-  // While blocked (a CUDA graph is captured) no page is unmapped: empty_cache()
-  // does nothing and a request the mapped and free pages cannot serve fails.
-  void set_releases_blocked(bool blocked) override;
-  // Called before pages are mapped for a request; a callback returning true
-  // makes the allocator look for room again. Run under the lock.
-  void add_free_memory_callback(std::function<bool()> callback) override;
-  void set_memory_fraction(double fraction) override;
-
-  DeviceStats stats() const override;
-  // The live statistics without the lock, kept pool by pool (their
-  // aggregates hold only peaks: stats.h, increase_pool): for a sole owner
-  // (the replayer).
-  const DeviceStats& stats_ref() const { return stats_; }
-  void reset_peak_stats() override;
-  void reset_accumulated_stats() override;
+  // set_releases_blocked, add_free_memory_callback, set_memory_fraction,
+  // stats, reset_*_stats, history, config and device: PolicyBase's
+  // (policy_base.h). While releases are blocked (a CUDA graph is captured)
+  // no page is unmapped: empty_cache() does nothing and a request the
+  // mapped and free pages cannot serve fails. Free-memory callbacks are
+  // called before pages are mapped for a request; one returning true makes
+  // the allocator look for room again. reset_accumulated_stats() also
+  // zeroes counters().
   // The largest run of free bytes in mapped pages (served with no new page).
   size_t largest_free_block() const override;
   std::vector<SegmentInfo> segments() const override;
-  void enable_history(size_t max_entries, History::ContextProvider provider = nullptr) override;
-  std::vector<TraceEntry> history_entries() const override;
-  bool history_enabled() const override;
   // Throws std::logic_error naming the first broken invariant: blocks tile
   // each range; no two neighbouring free blocks; the free index holds exactly
   // the free blocks and the live map the allocated ones; each page's live
   // bytes equal the blocks on it and every such page is mapped; stats equal
   // a recomputation (reserved = mapped pages).
   void check_invariants() const override;
-  const AllocatorConfig& config() const override { return config_; }
-  Device& device() override { return device_; }
-
   // What the policy has done, beyond DeviceStats.
   struct Counters {
     uint64_t page_maps = 0;      // device map() calls (one page each)
@@ -106,6 +96,9 @@ class StitchAllocator final : public DeviceAllocator {
     uint64_t placements_on_cached = 0;  // allocations served with no new page mapped
   };
   Counters counters() const;
+  // counters() by name: page_maps, page_unmaps, reclaims, ranges_reserved,
+  // placements_on_cached.
+  std::vector<std::pair<const char*, uint64_t>> policy_counters() const override;
   // Ranges held now and the virtual bytes they span.
   size_t ranges() const;
 
@@ -145,6 +138,8 @@ class StitchAllocator final : public DeviceAllocator {
     size_t maps = 0;           // pages to map
   };
 
+  void on_reset_accumulated() override { counters_ = Counters{}; }
+  void* allocate_locked(size_t size, Stream stream, uint64_t context);  // nullptr: out of memory, nothing counted
   Placement place(size_t size, Stream stream, bool is_small);
   void consider(Placement& best, SBlock* block, size_t size) const;
   Range* add_range(Stream stream, bool is_small, size_t size);
@@ -157,7 +152,6 @@ class StitchAllocator final : public DeviceAllocator {
   void free_block(SBlock* block);
   SBlock* merge(SBlock* left, SBlock* right);
   void account_mapped(const StitchRange& range, int64_t pages);
-  size_t limit_bytes() const;
   size_t largest_free_block_locked() const;
   std::vector<SegmentInfo> segments_locked() const;
   [[noreturn]] void throw_oom(size_t requested, size_t rounded, Stream stream);
@@ -165,10 +159,7 @@ class StitchAllocator final : public DeviceAllocator {
   SBlock* make_block();
   void destroy_block(SBlock* block);
 
-  Device& device_;
-  AllocatorConfig config_;
   const size_t page_size_;
-  mutable ForkSafeMutex mutex_{LockRank::kAllocator};
   NodePool nodes_;
   FreeSet free_{BySize{}, PoolAllocator<SBlock*>(&nodes_)};
   using LiveMap = std::unordered_map<uintptr_t, SBlock*, std::hash<uintptr_t>, std::equal_to<uintptr_t>,
@@ -176,14 +167,8 @@ class StitchAllocator final : public DeviceAllocator {
   LiveMap live_{64, std::hash<uintptr_t>{}, std::equal_to<uintptr_t>{},
                 PoolAllocator<std::pair<const uintptr_t, SBlock*>>(&nodes_)};
   std::vector<std::unique_ptr<Range>> ranges_;  // in the order they were reserved
-  DeviceStats stats_;  // kept pool by pool (stats.h, increase_pool); stats() fills in the aggregates
   Counters counters_;
   size_t mapped_bytes_ = 0;
-  double memory_fraction_ = 1.0;
-  bool fraction_set_ = false;
-  bool releases_blocked_ = false;
-  History history_;
-  std::vector<std::function<bool()>> free_memory_callbacks_;
 };
 
 }  // namespace torchmem
