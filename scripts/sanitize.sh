@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp,
-# tests/cpp/stitch_driver.cpp and tests/cpp/device_memory_driver.cpp, each
-# linked with every csrc/core/**/*.cpp)
+# Builds the C++ drivers of the core (tests/cpp/core_driver.cpp with its
+# component files tests/cpp/core/*.cpp, tests/cpp/stitch_driver.cpp and
+# tests/cpp/device_memory_driver.cpp, each linked with every
+# csrc/core/**/*.cpp)
 # under AddressSanitizer + UndefinedBehaviorSanitizer (LeakSanitizer on)
 # and, separately, ThreadSanitizer, and runs them.
 #
@@ -48,6 +49,13 @@ probe() {
 
 SOURCES=$(find csrc/core -name '*.cpp' | sort)
 DRIVERS="core_driver stitch_driver device_memory_driver"  # tests/cpp/<name>.cpp, each with its own main()
+# A driver's own files: tests/cpp/<name>.cpp, and for <x>_driver the
+# component files tests/cpp/<x>/*.cpp when that folder exists.
+parts_of() {
+  echo "tests/cpp/$1.cpp"
+  local dir="tests/cpp/${1%_driver}"
+  if [ -d "$dir" ]; then find "$dir" -name '*.cpp' | sort; fi
+}
 HEADERS=$(find csrc/core tests/cpp -name '*.h' | sort)
 HEADER_STAMP=$(cat $HEADERS | sha256sum | cut -c1-16)
 
@@ -62,7 +70,7 @@ build() {
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$key" ]; then rm -f "$dir"/*.o; echo "$key" > "$stamp"; fi
   local jobs=()
   local drivers=""
-  for d in $DRIVERS; do drivers="$drivers tests/cpp/$d.cpp"; done
+  for d in $DRIVERS; do drivers="$drivers $(parts_of "$d" | tr '\n' ' ')"; done
   for src in $SOURCES $drivers; do
     local obj="$dir/$(echo "$src" | tr / _).o"
     if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then jobs+=("$src|$obj"); fi
@@ -76,8 +84,10 @@ build() {
   local core_objs=()
   for src in $SOURCES; do core_objs+=("$dir/$(echo "$src" | tr / _).o"); done
   for d in $DRIVERS; do
+    local driver_objs=()
+    for src in $(parts_of "$d"); do driver_objs+=("$dir/$(echo "$src" | tr / _).o"); done
     rm -f "$dir/$d"
-    "$CXX" $COMMON $flags "${core_objs[@]}" "$dir/tests_cpp_$d.cpp.o" -o "$dir/$d" >&2 || return 1
+    "$CXX" $COMMON $flags "${core_objs[@]}" "${driver_objs[@]}" -o "$dir/$d" >&2 || return 1
   done
   echo "$dir"
 }

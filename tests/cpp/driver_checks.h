@@ -1,6 +1,7 @@
 // The checks and the test runner the core's C++ drivers share
-// (core_driver.cpp, stitch_driver.cpp, device_memory_driver.cpp; each is
-// one translation unit and one program, built by scripts/sanitize.sh).
+// (core_driver.cpp with its component files in tests/cpp/core/,
+// stitch_driver.cpp, device_memory_driver.cpp; each driver is one program,
+// built by scripts/sanitize.sh).
 //
 // CHECK* count every check and report a failure without stopping; the
 // runner takes --quick (or TORCHMEM_QUICK=1), --seed N, --list and name
@@ -73,8 +74,7 @@ struct Test {
 };
 
 // The driver's main(): runs the tests the arguments select.
-template <size_t N>
-int run_tests(int argc, char** argv, const Test (&tests)[N]) {
+inline int run_tests(int argc, char** argv, const std::vector<Test>& tests) {
   const char* env_quick = std::getenv("TORCHMEM_QUICK");
   g_quick = env_quick && std::strcmp(env_quick, "0") != 0 && *env_quick;
   std::vector<std::string> filters;
@@ -113,6 +113,11 @@ int run_tests(int argc, char** argv, const Test (&tests)[N]) {
   if (list) return 0;
   std::printf("%d tests%s, %d checks, %d failures\n", ran, g_quick ? " (quick)" : "", g_checks.load(), g_failures.load());
   return std::min(g_failures.load(), 125);
+}
+
+template <size_t N>
+int run_tests(int argc, char** argv, const Test (&tests)[N]) {
+  return run_tests(argc, argv, std::vector<Test>(tests, tests + N));
 }
 
 }  // namespace driver

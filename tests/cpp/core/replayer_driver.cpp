@@ -1,0 +1,164 @@
+// Core driver: replayer (tests/cpp/core_driver.cpp runs it).
+#include "core_checks.h"
+
+namespace core_driver {
+
+namespace {
+
+// Replayer
+
+void test_replayer() {
+  // Bad events: the error names the event; with skip_bad_events they are counted.
+  for (bool skip : {false, true}) {
+    Replayer r(1 * GiB, 0, AllocatorConfig{}, 1, skip);
+    const uint8_t ops[] = {0, 1, 1, 0, 0, 7};
+    const uint64_t ids[] = {1, 1, 1, 2, 2, 3};
+    const uint64_t sizes[] = {4096, 0, 0, 8192, 8192, 1};
+    const uint64_t streams[] = {0, 0, 0, 0, 0, 0};
+    std::string message;
+    if (!skip) {
+      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, nullptr, 6); }, &message).empty());
+      CHECK_MSG(contains(message, "event 2") && contains(message, "free of id 1"), message);
+    } else {
+      CHECK(expect_throw<std::invalid_argument>([&] { r.run(ops, ids, sizes, streams, nullptr, 6); }, &message).empty());
+      CHECK_MSG(contains(message, "unknown operation code 7"), message);
+      CHECK(r.skipped() == 2);
+    }
+    INVARIANTS(r.allocator());
+  }
+  // A trace that does not fit stops at the first OOM and records it.
+  Replayer r(100 * MiB, 10 * MiB, AllocatorConfig{}, 4, false);
+  std::vector<uint8_t> ops;
+  std::vector<uint64_t> ids, sizes, streams;
+  for (uint64_t i = 0; i < 10; ++i) {
+    ops.push_back(0);
+    ids.push_back(i);
+    sizes.push_back(30 * MiB);
+    streams.push_back(0);
+  }
+  const size_t consumed = r.run(ops.data(), ids.data(), sizes.data(), streams.data(), nullptr, ops.size());
+  CHECK(r.stopped() && r.oom() && r.oom()->index == 3 && consumed == 3);
+  CHECK(r.run(ops.data(), ids.data(), sizes.data(), streams.data(), nullptr, ops.size()) == 0);
+  INVARIANTS(r.allocator());
+  // Sizes the device can never hold are an OOM, not a crash.
+  Replayer big(1 * GiB, 0, AllocatorConfig{}, 1, false);
+  const uint8_t op = 0;
+  const uint64_t id = 1, huge = std::numeric_limits<uint64_t>::max(), stream = 0;
+  big.run(&op, &id, &huge, &stream, nullptr, 1);
+  CHECK(big.stopped());
+  CHECK_THROWS(std::invalid_argument, Replayer(1 * GiB, 2 * GiB, AllocatorConfig{}, 1, false));
+}
+
+// A recorded run replayed from its midpoint: the state then restored, the rest
+// of the history turned into events (recorded addresses, releases), every
+// placement compared. Then restore_segment's bad input.
+void test_replayer_follows_recording() {
+  for (const char* conf : {"", "max_split_size_mb:24", "expandable_segments:True"}) {
+    SimDevice device(4 * GiB);
+    CachingAllocator a(device, AllocatorConfig::parse(conf));
+    std::mt19937_64 rng(11);
+    std::vector<void*> live;
+    auto step = [&] {
+      if (!live.empty() && rng() % 100 < 45) {
+        const size_t k = rng() % live.size();
+        a.deallocate(live[k]);
+        live[k] = live.back();
+        live.pop_back();
+      } else if (rng() % 200 == 0) {
+        a.empty_cache();
+      } else {
+        const size_t kinds[] = {700, 70000, 3 * MiB, 30 * MiB};
+        live.push_back(a.allocate(kinds[rng() % 4] + rng() % 4096));
+      }
+    };
+    for (int i = 0; i < 1500; ++i) step();
+    const std::vector<SegmentInfo> start = a.segments();
+    a.enable_history(1 << 20);
+    for (int i = 0; i < 1500; ++i) step();
+
+    Replayer r(4 * GiB, 0, AllocatorConfig::parse(conf), 64, false, true);
+    std::unordered_map<uintptr_t, uint64_t> id_of;
+    uint64_t next_id = 0;
+    RecordedRange ranges[2];  // expandable: one range per pool, beginning at its lowest mapped page
+    std::vector<uint64_t> range_ids[2];
+    for (const SegmentInfo& seg : start) {
+      RecordedSegment rs{seg.addr, seg.total_size, seg.stream, seg.is_small, {}};
+      std::vector<uint64_t> ids;
+      for (const BlockInfo& b : seg.blocks) {
+        if (!b.allocated) continue;
+        rs.live_blocks.push_back({b.addr, b.size, b.requested_size});
+        ids.push_back(id_of[b.addr] = next_id++);
+      }
+      if (!seg.is_expandable) {
+        r.restore(rs, ids);
+        continue;
+      }
+      RecordedRange& range = ranges[seg.is_small];
+      if (range.mapped.empty()) range.base = seg.addr;
+      range.is_small = seg.is_small;
+      range.mapped.push_back({seg.addr, seg.total_size});
+      range.live_blocks.insert(range.live_blocks.end(), rs.live_blocks.begin(), rs.live_blocks.end());
+      range_ids[seg.is_small].insert(range_ids[seg.is_small].end(), ids.begin(), ids.end());
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (!ranges[k].mapped.empty()) r.restore_expandable(ranges[k], range_ids[k]);
+    }
+    INVARIANTS(r.allocator());
+    std::vector<uint8_t> ops;
+    std::vector<uint64_t> ids, sizes, streams, addrs;
+    auto add = [&](ReplayOp op, uint64_t id, uint64_t size, uint64_t addr) {
+      ops.push_back(static_cast<uint8_t>(op));
+      ids.push_back(id);
+      sizes.push_back(size);
+      streams.push_back(0);
+      addrs.push_back(addr);
+    };
+    for (const TraceEntry& e : a.history_entries()) {
+      switch (e.action) {
+        case Action::kAlloc: add(ReplayOp::kAlloc, id_of[e.addr] = next_id++, e.size, e.addr); break;
+        case Action::kFreeCompleted: {
+          auto it = id_of.find(e.addr);
+          if (it != id_of.end()) add(ReplayOp::kFree, it->second, 0, 0);
+          if (it != id_of.end()) id_of.erase(it);
+          break;
+        }
+        case Action::kSegmentAlloc: add(ReplayOp::kSegmentAddress, 0, e.size, e.addr); break;
+        case Action::kSegmentMap: add(ReplayOp::kSegmentAddress, 0, 0, e.addr); break;
+        case Action::kSegmentFree:
+        case Action::kSegmentUnmap: add(ReplayOp::kReleaseSegment, 0, e.size, e.addr); break;
+        default: break;
+      }
+    }
+    r.run(ops.data(), ids.data(), sizes.data(), streams.data(), addrs.data(), ops.size());
+    const ReplayFidelity& f = r.fidelity();
+    CHECK_MSG(!r.stopped() && f.placements_differed == 0 && f.segments_missed == 0 && f.releases_missed == 0,
+              std::string(conf) + ": first difference at event " + std::to_string(f.first_difference));
+    CHECK(f.placements_matched > 500);
+    INVARIANTS(r.allocator());
+    CHECK(r.allocator().stats().reserved_bytes[kAggregate].current == a.stats().reserved_bytes[kAggregate].current);
+  }
+  // restore_segment: a bad layout is refused and leaves the allocator as it was.
+  Replayer r(1 * GiB, 0, AllocatorConfig{}, 1, false);
+  const uintptr_t base = uintptr_t(1) << 44;
+  RecordedSegment seg{base, 20 * MiB, 0, false, {{base, 4 * MiB, 3 * MiB}, {base + 2 * MiB, 0, MiB}}};
+  CHECK_THROWS(std::invalid_argument, r.restore(seg, {1, 2}));  // overlapping blocks
+  CHECK(r.allocator().stats().reserved_bytes[kAggregate].current == 0 && r.device().live_segments() == 0);
+  seg.live_blocks = {{base, 0, 3 * MiB}, {base + 4 * MiB, 0, 15 * MiB}};
+  r.restore(seg, {1, 2});  // sizes inferred: each absorbs the 1 MiB tail it could not split off
+  const std::vector<SegmentInfo> got = r.allocator().segments();
+  CHECK(got.size() == 1 && got[0].blocks.size() == 2 && got[0].blocks[0].size == 4 * MiB && got[0].blocks[1].size == 16 * MiB);
+  CHECK_THROWS(std::invalid_argument, r.restore(seg, {3, 4}));  // overlaps the segment already there
+  CHECK_THROWS(std::invalid_argument, r.restore(RecordedSegment{base + GiB, 2 * GiB, 0, false, {}}, {}));  // too big
+  INVARIANTS(r.allocator());
+}
+
+}  // namespace
+
+std::vector<Test> replayer_tests() {
+  return {
+      {"replayer", test_replayer},
+      {"replayer_follows_recording", test_replayer_follows_recording},
+  };
+}
+
+}  // namespace core_driver
