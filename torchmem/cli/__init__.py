@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-COMMANDS = ["demo", "replay", "advise", "ranks", "plan", "stats", "plot", "viz"]
+COMMANDS = ["demo", "replay", "advise", "ranks", "plan", "stats", "plot", "viz", "preflight"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,88 @@
+"""`torchmem preflight` on the fake GPU: the report, its errors, and the worked example of docs/preflight.md."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.fakegpu.helpers import GiB, ROOT
+from tests.fakegpu.preflight_workloads import allocate
+from torchmem import preflight
+from torchmem.preflight.report import pytorch_conf
+
+EXAMPLE = [sys.executable, "examples/preflight_batch32.py", "--batch", "32"]
+
+
+def cli(*args: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "torchmem", "preflight", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def test_the_example_runs_out_of_memory_at_batch_32_and_the_setting_advise_finds_fits(tmp_path):
+    first = cli("--card", "80GiB", "--out", str(tmp_path / "first"), "--json", "--", *EXAMPLE)
+    assert first.returncode == preflight.OOM_EXIT, first.stderr[-3000:]
+    report = json.loads(first.stdout)
+    assert report["fits"] is False and report["card"]["memory"] == 80 * GiB
+    [device] = report["devices"]
+    assert device["oom"]["where"].startswith("examples/preflight_batch32.py:") and "in train" in device["oom"]["where"]
+    assert device["peak_reserved"] <= 80 * GiB and device["num_ooms"] >= 1
+    assert os.path.isfile(device["snapshot"])
+    rows = report["advice"]
+    own = next(r for r in rows if r["recorded"])
+    assert not own["completes"] and own["min_capacity"] > 80 * GiB  # the replay agrees with the run: it does not fit
+    best = next(r for r in rows if r["policy"] == "native" and r["completes"])
+    assert any("garbage" in w for w in report["warnings"])
+
+    second = preflight.run_command(EXAMPLE, "80GiB", conf=pytorch_conf(best["conf"]), out=tmp_path / "second",
+                                   advise=False, capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert second.fits, second.captured[1][-3000:]
+    [confirmed] = second.devices
+    assert confirmed.oom is None and confirmed.num_ooms == 0
+    # What advise predicted from the first run's snapshot is what PyTorch's own allocator then did.
+    assert confirmed.peak_reserved == best["peak_reserved"]
+    assert "trained 10 steps at batch 32" in second.captured[0]
+
+
+def test_the_report_names_the_line_that_ran_out_and_the_next_step(tmp_path):
+    script = tmp_path / "big.py"
+    script.write_text("import torch\nkeep = torch.empty(3 << 30, dtype=torch.uint8, device='cuda')\n"
+                      "def step():\n    return torch.empty(2 << 30, dtype=torch.uint8, device='cuda')\nstep()\n")
+    proc = cli("--card", "4GiB", "--out", str(tmp_path / "out"), "--", sys.executable, str(script))
+    assert proc.returncode == preflight.OOM_EXIT, proc.stderr[-3000:]
+    assert f"OUT OF MEMORY at {script}:4 (in step): tried to allocate 2.00 GiB" in proc.stdout
+    assert "peak allocated 3.00 GiB" in proc.stdout
+    assert "Confirm a larger card: torchmem preflight --card 5GiB --" in proc.stdout  # 3 GiB + 2 GiB at once
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "OutOfMemoryError" in (tmp_path / "out" / next(p for p in os.listdir(tmp_path / "out")
+                                                        if p.endswith(".traceback.txt"))).read_text()
+
+
+def test_a_script_that_fails_for_its_own_reasons_gives_its_status_and_one_line(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text("import torch\nx = torch.ones(4, device='cuda')\nraise ValueError('the data folder is empty')\n")
+    proc = cli("--card", "24GiB", "--", sys.executable, str(script))
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()[-1:]
+    assert line.startswith("torchmem preflight: error: `") and "failed: ValueError: the data folder is empty" in line
+    assert f"({script}:3 (in <module>))" in line
+
+    exits = tmp_path / "exits.py"
+    exits.write_text("import sys, torch\nx = torch.ones(4, device='cuda')\nsys.exit(7)\n")
+    proc = cli("--", sys.executable, str(exits))
+    assert proc.returncode == 7
+    assert proc.stderr.strip().splitlines()[-1].endswith("exited with status 7")
+
+
+def test_the_python_form_returns_the_functions_value_and_each_devices_peaks():
+    report = preflight.run(allocate, 5 << 20, card="h100", advise=False)
+    assert report.fits and report.value == {"allocated": 5 << 20, "is_fake": True}
+    [device] = report.devices
+    assert device.peak_allocated == 5 << 20 and device.peak_reserved == 20 << 20  # 1-10 MiB: a 20 MiB segment
+    assert report.to_json()["devices"][0]["peak_allocated"] == 5 << 20
+
+    tight = preflight.run(allocate, 300 << 20, card="256MiB")
+    assert not tight.fits and tight.value is None and tight.ooms[0].oom["tried"] == "300.00 MiB"
+    assert tight.advice and all(not row.completes for row in tight.advice)

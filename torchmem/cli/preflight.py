@@ -1,0 +1,68 @@
+"""`torchmem preflight`: run a script on a fake card with PyTorch's real allocator, and say whether it fits."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(subparsers) -> None:
+    from torchmem.cli import arguments
+    from torchmem.fakegpu import CARDS
+
+    p = subparsers.add_parser(
+        "preflight",
+        help="run a training script on a fake GPU of any size and say whether it fits",
+        description="Run COMMAND on the fake GPU (PyTorch's CUDA build and its own caching allocator; device memory "
+        "in host memory; kernels skipped, so values computed on the device are garbage). Each process records its "
+        "allocator history from the start and writes its native snapshot at exit or at its first uncaught "
+        "out-of-memory error. Prints, per device, the peak allocated, the peak reserved and whether and where it "
+        "ran out of memory, then torchmem advise's table. Exit status: 0 when it fits, 3 when it ran out of "
+        "memory, the command's own status when it failed for another reason, 2 for bad arguments (docs/preflight.md).",
+    )
+    p.add_argument("--card", default="80GiB",
+                   help=f"the card: a size (80GiB, 24GB, ...) or {', '.join(sorted(CARDS))} (default 80GiB)")
+    p.add_argument("--devices", type=arguments.count(1), default=1, help="devices per process, 1 to 64 (default 1)")
+    p.add_argument("--conf", default=None, type=arguments.conf,
+                   help="PYTORCH_CUDA_ALLOC_CONF for the run (default: the environment's)")
+    p.add_argument("--out", default=None, help="folder for the snapshots and reports (default: a new temporary one)")
+    p.add_argument("--max-entries", type=arguments.count(1), default=None,
+                   help="history entries kept per device (default: all)")
+    p.add_argument("--no-advise", action="store_true", help="skip advise's table")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run, e.g. -- python train.py ARGS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from torchmem.fakegpu import FakeGPUError, card
+    from torchmem.preflight import OOM_EXIT, PreflightError, run_command
+    from torchmem.traces import ArgumentError
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise ArgumentError("no command to run: give it after --, e.g. torchmem preflight --card 80GiB -- python train.py")
+    try:
+        chosen = card(args.card)
+    except (ValueError, TypeError) as exc:
+        raise ArgumentError(f"--card: {exc}") from None
+    if args.devices > 64:
+        raise ArgumentError(f"--devices must be 1 to 64, not {args.devices}")
+    if args.conf is not None and "policy:" in args.conf.replace(" ", ""):
+        raise ArgumentError(f"--conf {args.conf!r}: preflight runs PyTorch's own allocator, which takes "
+                            "PYTORCH_CUDA_ALLOC_CONF settings only")
+    sys.stdout.flush()
+    try:
+        report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
+                             max_entries=args.max_entries)
+    except FakeGPUError as exc:
+        print(f"torchmem preflight: error: {exc}", file=sys.stderr)
+        return 1
+    except PreflightError as exc:
+        print(f"torchmem preflight: error: {exc}", file=sys.stderr)
+        return exc.returncode
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(report.format())
+    return 0 if report.fits else OOM_EXIT

@@ -1,0 +1,263 @@
+"""Preflight: run an unmodified script on a fake card of any size, with PyTorch's real allocator (docs/preflight.md).
+
+    torchmem preflight --card 80GiB -- python train.py --batch 32
+
+The command runs on the fake GPU (torchmem.fakegpu): PyTorch's CUDA build and
+its own caching allocator, device memory in host memory, kernels skipped.
+Every process records its allocator history from the start and writes its
+native snapshot at exit or at its first uncaught out-of-memory error
+(hook.py); the report says, per process and device, the peak allocated, the
+peak reserved, and whether and where the run ran out of memory on that card,
+then shows ``torchmem advise``'s table for the snapshot.
+
+From Python (notebooks, tests)::
+
+    from torchmem import preflight
+    report = preflight.run(train_step, 32, card="80GiB")   # a module-level function, in a fresh interpreter
+    report = preflight.run_command(["python", "train.py"], card="h100")
+    report.fits, report.devices[0].peak_reserved, report.advice
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment
+
+__all__ = ["DeviceResult", "PreflightError", "Report", "environment_for", "run", "run_command"]
+
+STARTUP = Path(__file__).resolve().parent / "startup"
+ROOT = Path(__file__).resolve().parents[2]
+OOM_EXIT = 3  # the command-line's exit status when the run ran out of memory
+
+
+class PreflightError(RuntimeError):
+    """Preflight could not run the command, or the command failed for its own reasons (not memory)."""
+
+    def __init__(self, message: str, returncode: int = 1):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+@dataclass
+class DeviceResult:
+    """One device of one process: PyTorch's own statistics at the end of the run (or at its OOM)."""
+
+    process: str                 # rank{RANK} under torchrun, else pid{PID}
+    device: int
+    peak_allocated: int
+    peak_reserved: int
+    total: int                   # the card's memory
+    num_ooms: int
+    num_alloc_retries: int
+    snapshot: str
+    oom: dict[str, Any] | None   # the uncaught OOM on this device: message, tried, where
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Report:
+    """What a preflight found. `fits`: every process ended without an uncaught OOM."""
+
+    command: list[str]
+    card: Card
+    devices_per_process: int
+    conf: str | None
+    out: str
+    returncode: int
+    processes: list[dict[str, Any]]
+    advice: list[Any] | None = None            # torchmem.replay.Advice rows, best first
+    advised: tuple[str, int] | None = None     # the (process, device) advise read
+    value: Any = None                          # run(fn)'s return value
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def devices(self) -> list[DeviceResult]:
+        out = []
+        for p in self.processes:
+            oom = p.get("oom") if p.get("status") == "oom" else None
+            oom_device = oom.get("device") if oom else None
+            used = p.get("devices", [])
+            for d in used:
+                hit = oom is not None and (oom_device == d["device"] or (oom_device is None and d is used[-1]))
+                out.append(DeviceResult(p["name"], d["device"], d["peak_allocated"], d["peak_reserved"], d["total"],
+                                        d["num_ooms"], d["num_alloc_retries"], p.get("snapshot") or "",
+                                        oom if hit else None))
+        return out
+
+    @property
+    def fits(self) -> bool:
+        return self.returncode == 0 and not any(p.get("status") == "oom" for p in self.processes)
+
+    @property
+    def ooms(self) -> list[DeviceResult]:
+        return [d for d in self.devices if d.oom is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command, "card": {"name": self.card.name, "memory": self.card.memory,
+                                              "capability": self.card.capability},
+            "devices_per_process": self.devices_per_process, "conf": self.conf, "out": self.out,
+            "returncode": self.returncode, "fits": self.fits,
+            "devices": [d.to_json() for d in self.devices],
+            "processes": [{k: v for k, v in p.items() if k != "devices"} for p in self.processes],
+            "advised": list(self.advised) if self.advised else None,
+            "advice": [a.to_json() for a in self.advice] if self.advice is not None else None,
+            "warnings": self.warnings,
+        }
+
+    def format(self) -> str:
+        from torchmem.preflight.report import format_report
+
+        return format_report(self)
+
+
+def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf: str | None = None,
+                    out: str | os.PathLike[str], max_entries: int | None = None,
+                    base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command run under preflight: the fake GPU's, plus the start-up hook."""
+    env = environment(card, devices, base=base)
+    paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env["TORCHMEM_PREFLIGHT_OUT"] = os.path.abspath(os.fspath(out))
+    if max_entries is not None:
+        env["TORCHMEM_PREFLIGHT_MAX_ENTRIES"] = str(max_entries)
+    if conf is not None:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    return env
+
+
+def _check_conf(conf: str | None) -> None:
+    if conf is None:
+        return
+    if not isinstance(conf, str):
+        raise TypeError(f"conf must be a string in PYTORCH_CUDA_ALLOC_CONF's grammar, not {type(conf).__name__}")
+    if "policy:" in conf.replace(" ", ""):
+        raise ValueError(f"conf {conf!r}: preflight runs PyTorch's own allocator, which takes PYTORCH_CUDA_ALLOC_CONF "
+                         "settings only (torchmem's policy:stitch is replayed by torchmem advise)")
+
+
+def run_command(command: Sequence[str], card: str | int | Card = "80GiB", devices: int = 1, *,
+                conf: str | None = None, out: str | os.PathLike[str] | None = None, advise: bool = True,
+                max_entries: int | None = None, env: Mapping[str, str] | None = None,
+                capture_output: bool = False, timeout: float | None = None, label: str | None = None) -> Report:
+    """Runs a command under preflight and reads what its processes wrote.
+
+    Raises PreflightError when the command cannot start, or fails for its own
+    reasons (an exception other than an OOM, a non-zero exit status): its
+    message is one line, its returncode the command's.
+    """
+    command = [os.fspath(c) for c in command]
+    if not command:
+        raise ValueError("no command to run: give it after --, e.g. -- python train.py")
+    shown = label or " ".join(command)
+    chosen = parse_card(card)
+    _check_conf(conf)
+    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="torchmem-preflight-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*")]:
+        stale.unlink()
+    full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env)
+    program = shutil.which(command[0], path=full.get("PATH"))
+    if program is None:
+        raise PreflightError(f"{command[0]}: command not found", 127)
+    try:
+        proc = subprocess.run([program, *command[1:]], env=full, capture_output=capture_output, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PreflightError(f"`{shown}` did not finish in {timeout} s", 124) from None
+    processes = _read(folder)
+    report = Report(command, chosen, devices, conf, str(folder), proc.returncode, processes)
+    report.captured = (proc.stdout, proc.stderr) if capture_output else None  # type: ignore[attr-defined]
+    failed = [p for p in processes if p.get("status") == "error"]
+    if failed:
+        raise PreflightError(f"`{shown}` failed: {failed[0]['error']} (exit status {proc.returncode}; "
+                             f"traceback in {folder / (failed[0]['name'] + '.traceback.txt')})",
+                             proc.returncode or 1)
+    if proc.returncode != 0 and not report.ooms:
+        raise PreflightError(f"`{shown}` exited with status {proc.returncode}"
+                             + ("" if processes else " before it used the GPU"), proc.returncode)
+    if not processes:
+        raise PreflightError(f"`{shown}` never used the GPU: nothing to report (is torch the CUDA "
+                             "build in that interpreter?)", 1)
+    from torchmem.preflight.report import warnings_for
+
+    report.warnings = warnings_for(report)
+    if advise:
+        _advise(report)
+    return report
+
+
+def _read(folder: Path) -> list[dict[str, Any]]:
+    processes = []
+    for path in sorted(folder.glob("*.json")):
+        if path.name.startswith(("rank", "pid")):
+            with open(path) as f:
+                processes.append(json.load(f))
+    processes.sort(key=lambda p: (p.get("rank") is None, int(p["rank"]) if p.get("rank") else p["pid"]))
+    return processes
+
+
+def _advise(report: Report) -> None:
+    """advise on the device that ran out of memory, else the one that reserved the most."""
+    from torchmem.replay import advise, load_trace
+
+    candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
+    if not candidates or not candidates[0].snapshot:
+        return
+    chosen = candidates[0]
+    trace = load_trace(chosen.snapshot, device=chosen.device)
+    if trace.recorded is not None and not trace.recorded.entries:
+        return
+    report.advice = advise(trace, report.card.memory)
+    report.advised = (chosen.process, chosen.device)
+
+
+_CHILD = """
+import pickle, sys
+with open(sys.argv[1], "rb") as f:
+    fn, args, kwargs = pickle.load(f)
+value = fn(*args, **kwargs)
+with open(sys.argv[1], "wb") as f:
+    pickle.dump(value, f)
+"""
+
+
+def run(fn: Callable[..., Any], *args: Any, card: str | int | Card = "80GiB", devices: int = 1,
+        conf: str | None = None, out: str | os.PathLike[str] | None = None, advise: bool = True,
+        timeout: float | None = 600, env: Mapping[str, str] | None = None, **kwargs: Any) -> Report:
+    """Preflight of fn(*args, **kwargs), called in a fresh interpreter on a fake card.
+
+    fn must be importable by name (a module-level function) and its
+    arguments and result picklable; the result is `report.value` (None when
+    the run ran out of memory). The child's output is captured, not shown.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a module-level function, not {type(fn).__name__}")
+    with tempfile.TemporaryDirectory(prefix="torchmem-preflight-call-") as tmp:
+        exchange = Path(tmp) / "call.pickle"
+        try:
+            exchange.write_bytes(pickle.dumps((fn, args, kwargs)))
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise TypeError(f"{getattr(fn, '__qualname__', fn)} and its arguments must be picklable "
+                            f"(a module-level function): {exc}") from None
+        label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}(...)"
+        report = run_command([sys.executable, "-c", _CHILD, str(exchange)], card, devices, conf=conf, out=out,
+                             advise=advise, env=env, capture_output=True, timeout=timeout, label=label)
+        if report.fits:
+            report.value = pickle.loads(exchange.read_bytes())
+        report.command = [label]
+    return report
+
+
+__all__ += ["FakeGPUError", "OOM_EXIT"]

@@ -1,0 +1,247 @@
+"""The part of preflight that runs inside the script's own processes (docs/preflight.md).
+
+The launcher puts ``torchmem/preflight/startup`` first on PYTHONPATH; its
+``sitecustomize`` calls :func:`install` in every Python process the command
+starts (torchrun's ranks too). Nothing happens until the process imports
+torch; then, before the script can allocate:
+
+- PyTorch's own history recording starts (``_record_memory_history``), for
+  every device, with Python stacks;
+- cuDNN is switched off (``torch.backends.cudnn.enabled = False``: the fake
+  GPU has no cuDNN stand-in, so convolutions and batch norm take PyTorch's
+  own CUDA kernels; their buffers are not cuDNN's workspaces);
+- ``torch.distributed.init_process_group`` gets gloo where NCCL was asked
+  for (no NCCL on the fake GPU);
+- Tensor methods that read values computed on the device (``.item()``,
+  ``.tolist()``, ``bool()``, ``.nonzero()``, ``.unique()``,
+  ``.masked_select()``...) are counted with the line of the script that made
+  them (``torch.nonzero(x)`` and boolean-mask indexing are not seen).
+
+At exit, or at the first uncaught ``torch.OutOfMemoryError`` (before the
+traceback releases the tensors), the process writes its native snapshot
+(``NAME.pickle``) and a small report (``NAME.json``) into
+``$TORCHMEM_PREFLIGHT_OUT``, NAME being ``rank{RANK}`` under torchrun, else
+``pid{PID}``. A process that never initialised CUDA writes nothing. An
+uncaught exception is written as one line to the report and in full to
+``NAME.traceback.txt``, not printed: the launcher prints the line.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import re
+import sys
+import traceback
+from typing import Any
+
+OUT = "TORCHMEM_PREFLIGHT_OUT"
+MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
+_state: dict[str, Any] = {"written": False, "counts": {}, "notes": [], "outcome": None}
+
+# Tensor methods and torch functions whose result depends on values computed on the device.
+READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
+SHAPES = ("nonzero", "unique", "unique_consecutive", "masked_select", "bincount", "argwhere", "nonzero_static")
+
+
+def name() -> str:
+    rank = os.environ.get("RANK")
+    return f"rank{rank}" if rank is not None and rank.isdigit() else f"pid{os.getpid()}"
+
+
+def install() -> None:
+    """Called from sitecustomize: waits for torch's import, and handles uncaught exceptions."""
+    if not os.environ.get(OUT):
+        return
+    sys.meta_path.insert(0, _TorchFinder())
+    previous = sys.excepthook
+
+    def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        try:
+            _uncaught(exc)
+        except Exception:  # the report must not hide the script's own error
+            previous(kind, exc, tb)
+
+    sys.excepthook = excepthook
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Runs _on_torch right after `import torch` finishes, once."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            _on_torch(module)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _on_torch(torch: Any) -> None:
+    if torch.version.cuda is None:
+        _state["notes"].append(f"torch {torch.__version__} is not a CUDA build: nothing was recorded")
+        return
+    entries = int(os.environ.get(MAX_ENTRIES) or sys.maxsize)
+    torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+    torch.backends.cudnn.enabled = False
+    if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    _count_reads(torch)
+    _gloo_for_nccl(torch)
+    atexit.register(_at_exit)
+
+
+def _shown(path: str) -> str:
+    """A file as the user knows it: relative when under the current folder, else as it is."""
+    if path.startswith("<"):
+        return path
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _site() -> str:
+    """The innermost frame outside torch and torchmem: the script's line that made the call."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not re.search(r"[/\\](torch|torchmem[/\\]preflight|transformers|accelerate)[/\\]|^<frozen", path):
+            return f"{_shown(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def _count_reads(torch: Any) -> None:
+    counts: dict[str, dict[str, int]] = _state["counts"]
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+    def wrap(owner: Any, attr: str, label: str) -> None:
+        original = getattr(owner, attr, None)
+        if original is None:
+            return
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if not compiling():
+                first = args[0] if args else None
+                if getattr(first, "is_cuda", False):
+                    sites = counts.setdefault(label, {})
+                    site = _site()
+                    sites[site] = sites.get(site, 0) + 1
+            return original(*args, **kwargs)
+
+        counted.__name__ = getattr(original, "__name__", attr)
+        counted.__doc__ = getattr(original, "__doc__", None)
+        setattr(owner, attr, counted)
+
+    for attr in READS:
+        wrap(torch.Tensor, attr, "bool()" if attr == "__bool__" else f"{attr.strip('_')}()" if attr.startswith("__")
+             else f".{attr}()")
+    for attr in SHAPES:  # Tensor methods only: TorchScript cannot compile a wrapped torch.nonzero
+        wrap(torch.Tensor, attr, f".{attr}()")
+
+
+def _gloo_for_nccl(torch: Any) -> None:
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    original = dist.init_process_group
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        backend = kwargs.get("backend", args[0] if args else None)
+        if backend is None or "nccl" in str(backend).lower():
+            if args:
+                args = ("gloo", *args[1:])
+            else:
+                kwargs["backend"] = "gloo"
+            note = f"init_process_group(backend={backend!r}) ran with gloo: the fake GPU has no NCCL"
+            if note not in _state["notes"]:
+                _state["notes"].append(note)
+        return original(*args, **kwargs)
+
+    dist.init_process_group = init_process_group
+    if hasattr(dist, "distributed_c10d"):
+        dist.distributed_c10d.init_process_group = init_process_group
+
+
+def _oom_details(exc: BaseException) -> dict[str, Any]:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    device = re.search(r"GPU (\d+)", message)
+    tried = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", message)
+    where = "?"
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        path = frame.f_code.co_filename
+        if not re.search(r"[/\\](torch|torchmem[/\\]preflight)[/\\]", path) and not path.startswith("<frozen"):
+            where = f"{_shown(path)}:{line} (in {frame.f_code.co_name})"
+    return {"message": message, "device": int(device.group(1)) if device else None,
+            "tried": tried.group(1) if tried else None, "where": where}
+
+
+def _uncaught(exc: BaseException) -> None:
+    out = os.environ[OUT]
+    torch = sys.modules.get("torch")
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    with open(os.path.join(out, f"{name()}.traceback.txt"), "w") as f:
+        f.write(text)
+    if torch is not None and isinstance(exc, torch.OutOfMemoryError):
+        _state["outcome"] = {"status": "oom", "oom": _oom_details(exc)}
+    else:
+        where = _oom_details(exc)["where"]
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
+        _state["outcome"] = {"status": "error", "error": f"{line[:300]} ({where})" if where != "?" else line[:300]}
+    _write()
+
+
+def _at_exit() -> None:
+    if _state["outcome"] is None:
+        _state["outcome"] = {"status": "completed"}
+    _write()
+
+
+def _write() -> None:
+    torch = sys.modules.get("torch")
+    outcome = _state["outcome"] or {"status": "completed"}
+    used = torch is not None and torch.version.cuda is not None and torch.cuda.is_initialized()
+    if _state["written"] or (not used and outcome["status"] == "completed"):
+        return  # a process that never used the GPU and ended well (torchrun's launcher) has nothing to say
+    _state["written"] = True
+    out = os.environ[OUT]
+    base = os.path.join(out, name())
+    if used:
+        torch.cuda.memory._dump_snapshot(base + ".pickle")
+    devices = []
+    for d in range(torch.cuda.device_count() if used else 0):
+        stats = torch.cuda.memory_stats(d)
+        if not stats.get("num_device_alloc", 0) and not stats.get("num_ooms", 0):
+            continue
+        devices.append({
+            "device": d,
+            "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
+            "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
+            "allocated": stats.get("allocated_bytes.all.current", 0),
+            "reserved": stats.get("reserved_bytes.all.current", 0),
+            "num_ooms": stats.get("num_ooms", 0),
+            "num_alloc_retries": stats.get("num_alloc_retries", 0),
+            "total": torch.cuda.get_device_properties(d).total_memory,
+        })
+    report = {
+        "name": name(), "pid": os.getpid(), "rank": os.environ.get("RANK"), "argv": sys.argv,
+        "torch": getattr(torch, "__version__", None), "settings": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "capability": ".".join(map(str, torch.cuda.get_device_capability(0))) if used else None,
+        "device_name": torch.cuda.get_device_name(0) if used else None,
+        **outcome,
+        "devices": devices, "reads": _state["counts"], "notes": _state["notes"],
+        "snapshot": base + ".pickle" if used else None,
+    }
+    with open(base + ".json.tmp", "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(base + ".json.tmp", base + ".json")

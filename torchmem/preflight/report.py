@@ -1,0 +1,129 @@
+"""A preflight's answer in a screenful: per device peaks and OOMs, advise's table, the warnings."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchmem.preflight import Report
+
+GARBAGE = ("Values computed on the device are garbage (the fake GPU skips kernels): the allocations are those of a "
+           "real run where they do not depend on them.")
+CUDNN = ("cuDNN is off (torch.backends.cudnn.enabled = False; the fake GPU has no cuDNN stand-in): convolutions, "
+         "batch norm and RNNs take PyTorch's own CUDA kernels, whose buffers (im2col columns in slow_conv2d, for "
+         "one) differ from cuDNN's workspaces, so a model with them reserves differently than on a real card.")
+NOT_MODELLED = ("Not counted: the CUDA context and the libraries' own device memory outside PyTorch's allocator "
+                "(several hundred MiB on a real card: torchmem advise --in-use-by-others models it).")
+
+
+def _site_list(sites: dict[str, int], limit: int = 3) -> str:
+    top = sorted(sites.items(), key=lambda kv: -kv[1])
+    text = ", ".join(f"{site} ×{n}" for site, n in top[:limit])
+    return text + (f", {len(top) - limit} more places" if len(top) > limit else "")
+
+
+def warnings_for(report: "Report") -> list[str]:
+    """Where the recorded run may differ from a real one."""
+    out = [GARBAGE]
+    reads: dict[str, dict[str, int]] = {}
+    for p in report.processes:
+        for what, sites in (p.get("reads") or {}).items():
+            mine = reads.setdefault(what, {})
+            for site, n in sites.items():
+                mine[site] = mine.get(site, 0) + n
+    for what, sites in sorted(reads.items()):
+        total = sum(sites.values())
+        if what in (".item()", ".tolist()", "bool()", "int()", "float()", "index()"):
+            out.append(f"{what} read a CUDA tensor {total:,} time{'s' if total != 1 else ''} ({_site_list(sites)}): "
+                       "the value is garbage here; where control flow depends on it (a loss threshold, early "
+                       "stopping, a while loop), this run may take another path than a real one.")
+        else:
+            out.append(f"{what} on a CUDA tensor {total:,} time{'s' if total != 1 else ''} ({_site_list(sites)}): its "
+                       "output's size depends on garbage values here (data-dependent shapes, MoE routing counts), so "
+                       "the sizes allocated after it may differ from a real run's.")
+    if any(p.get("devices") for p in report.processes):
+        out.append(CUDNN)
+    notes = {n for p in report.processes for n in p.get("notes", [])}
+    out += sorted(notes)
+    out.append(NOT_MODELLED)
+    return out
+
+
+def format_report(report: "Report") -> str:
+    from torchmem.cli.advise import COLUMNS, verdict
+    from torchmem.replay.runner import fmt_size
+
+    card = report.card
+    first = report.processes[0] if report.processes else {}
+    lines = [f"Preflight of `{' '.join(report.command)}` on a {fmt_size(card.memory)} card ({card.name}, compute "
+             f"capability {card.capability}), torch {first.get('torch', '?')}, settings "
+             f"{report.conf if report.conf is not None else first.get('settings') or '(defaults)'}:"]
+    for d in report.devices:
+        who = f"{d.process} device {d.device}" if len(report.processes) > 1 else f"device {d.device}"
+        head = (f"  {who}: peak allocated {fmt_size(d.peak_allocated)}, peak reserved {fmt_size(d.peak_reserved)} "
+                f"of {fmt_size(d.total)}")
+        if d.oom is not None:
+            tried = f"tried to allocate {d.oom['tried']}" if d.oom.get("tried") else "an allocation failed"
+            lines.append(f"{head}: OUT OF MEMORY at {d.oom['where']}: {tried}.")
+        else:
+            caught = f" ({d.num_ooms} out-of-memory error{'s' if d.num_ooms != 1 else ''} caught by the script)" \
+                if d.num_ooms else ""
+            lines.append(f"{head}: fits{caught}.")
+    if report.fits:
+        lines.append(f"The run completed on the {fmt_size(card.memory)} card.")
+    else:
+        lines.append(f"The run ran out of memory on the {fmt_size(card.memory)} card.")
+    snapshots = sorted({d.snapshot for d in report.devices if d.snapshot})
+    if snapshots:
+        lines.append(f"Native snapshot{'s' if len(snapshots) > 1 else ''}: {', '.join(snapshots)} "
+                     "(torchmem replay, torchmem viz, or PyTorch's memory_viz)")
+    if report.advice:
+        process, device = report.advised or ("?", 0)
+        lines.append("")
+        lines.append(f"torchmem advise ({process}, device {device}): the least memory each setting needs, to 2 MiB, "
+                     f"best first, replayed on {fmt_size(card.memory)}:")
+        for row in report.advice:
+            lines.append("  " + row.summary())
+        lines.append(COLUMNS.format(reference=fmt_size(card.memory)))
+        lines += verdict(report.advice)
+        step = next_step(report)
+        if step:
+            lines.append(step)
+    if report.warnings:
+        lines.append("")
+        lines.append("How far to trust it:")
+        lines += [f"  - {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def pytorch_conf(conf: str) -> str:
+    """A replayed setting as PYTORCH_CUDA_ALLOC_CONF takes it: without torchmem's reuse_order (the replay's tie rule)."""
+    return ",".join(item for item in conf.split(",") if item.strip() and not item.strip().startswith("reuse_order:"))
+
+
+def card_arg(memory: int) -> str:
+    """A --card value for a size: 80GiB, 512MiB, or bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if memory % (1 << shift) == 0:
+            return f"{memory >> shift}{unit}"
+    return f"{memory}B"
+
+
+def next_step(report: "Report") -> str | None:
+    """The preflight that would confirm advise's answer: the best PyTorch setting on this card, or a larger card."""
+    import math
+    import shlex
+
+    if report.fits or not report.advice:
+        return None
+    command = shlex.join(report.command)
+    card = report.card
+    native = [r for r in report.advice if r.policy == "native" and r.min_capacity is not None]
+    fitting = [r for r in native if r.completes]
+    if fitting:
+        conf = pytorch_conf(fitting[0].conf)
+        return f"Confirm it: torchmem preflight --card {card_arg(card.memory)} --conf '{conf}' -- {command}"
+    if native:
+        need = min(r.min_capacity for r in native)
+        size = math.ceil(need / (1 << 30))
+        return f"Confirm a larger card: torchmem preflight --card {size}GiB -- {command}"
+    return None
