@@ -8,7 +8,6 @@
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
 #include "core/replay/replayer.h"
-#include "core/policy/stitch/stitch_allocator.h"
 
 namespace py = pybind11;
 
@@ -134,14 +133,18 @@ void bind_replay(py::module_& m) {
       .def("check_invariants", [](Replayer& r) { r.allocator().check_invariants(); })
       .def("enable_history", [](Replayer& r, size_t n) { r.allocator().enable_history(n); }, py::arg("max_entries"))
       .def("history", [](Replayer& r) { return trace_to_list(r.allocator().history_entries()); })
-      .def_property_readonly("policy", [](Replayer& r) { return r.native() ? "native" : "stitch"; })
+      .def_property_readonly("policy", [](Replayer& r) { return r.allocator().config().policy; })
       .def(
           "counters",
           [](Replayer& r) -> py::object {
-            auto* stitch = dynamic_cast<StitchAllocator*>(&r.allocator());
-            return stitch ? py::object(stitch_counters_to_dict(stitch->counters())) : py::object(py::none());
+            const auto counters = r.allocator().policy_counters();
+            if (counters.empty()) return py::none();
+            py::dict d;
+            for (const auto& [name, value] : counters) d[name] = value;
+            return d;
           },
-          "The stitch policy's counters (page maps and unmaps, reclaims), or None under the native policy.");
+          "The policy's own counters (policy:stitch: page maps and unmaps, reclaims), or None for a policy without "
+          "any (the native one).");
 }
 
 }  // namespace torchmem::bindings

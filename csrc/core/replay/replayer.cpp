@@ -4,8 +4,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "core/policy/stitch/stitch_allocator.h"
-
 namespace torchmem {
 
 Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
@@ -15,15 +13,9 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
       sample_every_(std::max<uint64_t>(1, sample_every)),
       skip_bad_events_(skip_bad_events),
       follow_recording_(follow_recording) {
-  native_ = dynamic_cast<CachingAllocator*>(allocator_.get());
-  if (native_) {
-    stats_ = &native_->stats_ref();
-  } else if (auto* stitch = dynamic_cast<StitchAllocator*>(allocator_.get())) {
-    stats_ = &stitch->stats_ref();
-    follow_recording_ = false;  // no segments to follow
-  } else {
-    throw std::logic_error("replayer: an allocator without live statistics");
-  }
+  stats_ = &allocator_->stats_ref();
+  native_ = allocator_->recorded_segments();
+  if (!native_) follow_recording_ = false;  // no segments to follow
 }
 
 // A policy without segments to rebuild gets the live blocks of the start

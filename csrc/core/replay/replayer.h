@@ -53,10 +53,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/policy/native/caching_allocator.h"
 #include "core/base/device_allocator.h"
 #include "core/base/node_pool.h"
 #include "core/devices/sim_device.h"
+#include "core/replay/recorded_state.h"
 
 namespace torchmem {
 
@@ -123,8 +123,9 @@ class Replayer {
   const ReplayFidelity& fidelity() const { return fidelity_; }
   const std::vector<TimelinePoint>& timeline() const { return timeline_; }
   DeviceAllocator& allocator() { return *allocator_; }
-  // The native allocator, or null under another policy.
-  CachingAllocator* native() { return native_; }
+  // The policy's replay support (DeviceAllocator::recorded_segments(): the
+  // native policy's), or null under a policy without it.
+  RecordedSegments* native() { return native_; }
   SimDevice& device() { return *device_; }
 
  private:
@@ -137,7 +138,7 @@ class Replayer {
 
   std::unique_ptr<SimDevice> device_;
   std::shared_ptr<DeviceAllocator> allocator_;
-  CachingAllocator* native_ = nullptr;
+  RecordedSegments* native_ = nullptr;
   const DeviceStats* stats_ = nullptr;  // the allocator's live statistics
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm
   using LiveMap = std::unordered_map<uint64_t, void*, std::hash<uint64_t>, std::equal_to<uint64_t>,
