@@ -1,19 +1,17 @@
-import json
 import os
-import subprocess
-import sys
-import textwrap
-from typing import Any
 
 import pytest
 
 from torchmem import _C
 
+# The one subprocess runner (tests/subprocess_runner.py), for every test: from conftest import run_python, ...
+from subprocess_runner import (  # noqa: F401
+    ROOT, child_env, last_json, ok, run_args, run_ok, run_python, run_python_json, run_torchmem,
+)
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sim_allocator(capacity: int = 80 * GiB, conf: str = "") -> "_C.CachingAllocator":
@@ -28,27 +26,6 @@ def block_of(allocator, addr: int) -> dict:
             if block["address"] == addr:
                 return dict(block, segment=seg)
     raise KeyError(hex(addr))
-
-
-def run_python(code: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh interpreter (for tests that swap PyTorch's allocator)."""
-    full_env = dict(os.environ, **(env or {}))
-    full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-        cwd=ROOT,
-    )
-
-
-def run_python_json(code: str) -> Any:
-    """Run `code` in a fresh interpreter; it must succeed and print JSON on its last line."""
-    proc = run_python(code)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, ok, run_torchmem
 NATIVE = os.path.join(ROOT, "tests", "data", "native")
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 ROW = re.compile(r"^  (\S.*?)\s+needs\s+([\d.,]+ \w+|not within reach), peak reserved\s+([\d.,]+ \w+); at .*: (completes|OOM)$")
@@ -26,11 +24,7 @@ def size(text: str) -> float:
 def advise(fixture: str, tmp_path, *args: str) -> list[str]:
     path = tmp_path / fixture.replace(".json.gz", ".json")
     path.write_bytes(gzip.decompress(open(os.path.join(NATIVE, fixture), "rb").read()))
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "advise", str(path), "--no-progress", *args],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
+    return ok(run_torchmem("advise", str(path), "--no-progress", *args, timeout=600)).stdout.splitlines()
 
 
 def rows_of(lines: list[str]) -> list[tuple[str, float | None, float]]:

@@ -7,17 +7,15 @@ itself (which device holds the oom entry, its index, the segments' sizes).
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import subprocess
-import sys
 
 import pytest
 
 from replay_recording import GiB, random_workload, record
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, run_torchmem
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +35,7 @@ def two_devices(tmp_path_factory):
 
 
 def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "torchmem", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd or ROOT, timeout=600)
+    return run_torchmem(*args, cwd=cwd or ROOT, timeout=600)
 
 
 def ok(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import builtins
 import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 
 from torchmem.cli import main
 
-from conftest import ROOT
+from conftest import run_torchmem
 
 SNAPSHOT = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 2**40, "size": 512, "stream": 0}]]}
 NO_TRACE = {"segments": [{"device": 0, "address": 2**40, "total_size": 2 << 20, "stream": 0, "segment_type": "small",
@@ -179,10 +177,8 @@ def test_no_command_and_unknown_command(capsys):
 
 def test_a_real_process_exits_with_one_line(tmp_path):
     """The same, through `python -m torchmem`: the exit status the shell sees and nothing but one line."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
     for argv, status in ((["replay", str(tmp_path)], 1), (["replay", str(tmp_path / "x"), "--capacity", "8x"], 2)):
-        proc = subprocess.run([sys.executable, "-m", "torchmem"] + argv, capture_output=True, text=True, env=env,
-                              timeout=120)
+        proc = run_torchmem(*argv, timeout=120)
         assert proc.returncode == status and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
 
 

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -334,13 +333,11 @@ def test_pytorch_variables_are_read_in_pytorchs_order(env):
     """The installed torch says which variable it runs with; torchmem names the same one."""
     from torchmem.pytorch_env import pytorch_conf
 
-    clean = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
-    proc = subprocess.run(
-        [sys.executable, "-c",
-         "import torch; f = getattr(torch._C, '_accelerator_getAllocatorSettings', None); "
-         "print('MISSING' if f is None else f())"],
-        capture_output=True, text=True, env={**clean, **env}, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    from conftest import ok, run_python
+
+    proc = ok(run_python("import torch; f = getattr(torch._C, '_accelerator_getAllocatorSettings', None); "
+                         "print('MISSING' if f is None else f())", env, 120,
+                         drop_env=[k for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF") if k not in env]))
     if proc.stdout.strip() == "MISSING":
         pytest.skip("this torch does not report its allocator settings (_accelerator_getAllocatorSettings)")
     assert pytorch_conf(env) is not None and pytorch_conf(env)[1] == proc.stdout.strip()
@@ -395,8 +392,9 @@ def test_cuda_parser_keys_as_pytorch_2_14(conf, accepted):
 
 
 def test_a_cpu_install_names_the_pytorch_variable_it_does_not_apply():
-    """install() on the CPU reads TORCHMEM_ALLOC_CONF; PyTorch's variable (either name, PyTorch's order) is named."""
-    from conftest import run_python
+    """install() on the CPU reads TORCHMEM_ALLOC_CONF; PyTorch's variable (either name, PyTorch's order) is
+    named as not applied, with torchmem's variable to use instead, and nothing is said once that one is set."""
+    from conftest import run_python_json
 
     code = """
         import json, warnings, torchmem
@@ -405,12 +403,18 @@ def test_a_cpu_install_names_the_pytorch_variable_it_does_not_apply():
             torchmem.install()
         print(json.dumps([str(w.message) for w in caught if "is not applied" in str(w.message)]))
     """
-    base = {"TORCHMEM_ALLOC_CONF": "", "PYTORCH_CUDA_ALLOC_CONF": "", "PYTORCH_ALLOC_CONF": ""}
-    cases = [({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "PYTORCH_ALLOC_CONF=expandable_segments:True"),
+    keys = ("TORCHMEM_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+    cases = [({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"),
+             ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"}, "PYTORCH_ALLOC_CONF=expandable_segments:True"),
              ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_ALLOC_CONF": "expandable_segments:True"},
-              "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64")]
+              "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64"),
+             # the user chose torchmem's variable: no warning
+             ({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "TORCHMEM_ALLOC_CONF": "max_split_size_mb:128"}, None)]
     for env, named in cases:
-        full = {k: v for k, v in {**base, **env}.items() if v}
-        proc = run_python(code, env=full, timeout=120)
-        [message] = json.loads(proc.stdout.splitlines()[-1])
+        messages = run_python_json(code, env, 120, drop_env=[key for key in keys if key not in env])
+        if named is None:
+            assert messages == [], env
+            continue
+        [message] = messages
         assert message.startswith(f"torchmem.install(): {named} is not applied"), message
+        assert "torchmem reads TORCHMEM_ALLOC_CONF" in message, message

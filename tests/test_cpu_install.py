@@ -4,13 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_python
-
-
-def run_ok(code, **kwargs):
-    proc = run_python(code, **kwargs)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+from conftest import run_ok, run_python
 
 
 def test_install_routes_torch_allocations_and_uninstall_restores():

@@ -4,7 +4,7 @@ and the hooks install() runs (the oom package's), on this machine's CPU build.""
 import pytest
 import torch
 
-from conftest import run_python_json
+from subprocess_runner import run_python_json
 from test_import_circles import imports_of, package_modules
 
 from torchmem import devices, snapshot
@@ -62,7 +62,7 @@ def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
             torchmem.install(dump_on_oom="oom_{{step}}.pickle")  # the hook's check runs before anything is installed
         except ValueError as e:
             refused = str(e)
-        installed_after_refusal = torchmem.installed()
+        installed_after_refusal = devices.cpu_installed() or devices.cuda_installed()
         torchmem.install(dump_on_oom={template!r})
         print(json.dumps({{"hooks": [(a.__module__, a.__name__, c.__module__, c.__name__) for a, c in hooks],
                           "refused": refused, "installed_after_refusal": installed_after_refusal,
@@ -70,7 +70,8 @@ def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
     """)
     assert out["hooks"] == [["torchmem.oom.dump", "_installed", "torchmem.oom.dump", "_check_install_request"]]
     assert "unknown placeholder {step}" in out["refused"] and not out["installed_after_refusal"]
-    assert out["dumping"]["backend"] == "torchmem-cpu" and out["dumping"]["path"] == template
+    assert out["dumping"]["backend"] == ("torchmem-cuda" if torch.cuda.is_available() else "torchmem-cpu")
+    assert out["dumping"]["path"] == template
 
 
 def test_devices_reads_nothing_of_torchmem_but_the_extension():

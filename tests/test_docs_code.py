@@ -18,12 +18,13 @@ import json
 import os
 import pickle
 import re
-import subprocess
 import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, run_args
+from test_planned_loops import TRAIN_STEP
+
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 
 # (file, first line of the block) -> why it is not run.
@@ -36,6 +37,8 @@ NOT_RUN = {
         "needs a GPU: an arena on torchmem's CUDA caching allocator",
     ("docs/cuda.md", "with torchmem.planned(inputs=batch):      # device: the current GPU"):
         "needs a GPU: planned() on the current CUDA device (the README's planned block is the CPU form)",
+    ("docs/preflight.md", "from torchmem import preflight"):
+        "needs a CUDA build of torch and the fake GPU: tests/fakegpu/test_preflight.py makes the same calls",
     ("docs/fakegpu.md", "from torchmem import fakegpu"):
         "needs the fake GPU: a CUDA build of torch (the Makefile's fake-GPU tier, .venv-cuda)",
     ("docs/fakegpu.md", "from torchmem.fakegpu import Control"):
@@ -53,12 +56,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 10))
 optimizer = opt = torch.optim.SGD(model.parameters(), lr=0.01)
 loader = [torch.randn(32, 64) for _ in range(8)]
-def train_step(batch):
-    optimizer.zero_grad()
-    loss = model(batch).pow(2).mean()
-    loss.backward()
-    optimizer.step()
-    return loss
+""" + TRAIN_STEP + """
 def train():
     for batch in loader:
         train_step(batch)
@@ -159,11 +157,7 @@ def test_the_tables_name_only_blocks_that_exist():
 def test_block_runs_as_written(doc, first, code, tmp_path):
     key = (doc, first)
     program = SETUP.get(key, "") + "\n" + code + "\n" + CHECKS.get(key, "") + "\n"
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("TORCHMEM_ALLOC_CONF", None)
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, env=env,
-                          timeout=600)
+    proc = run_args(["-c", program], timeout=600, cwd=tmp_path, drop_env=["TORCHMEM_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"])
     assert proc.returncode == 0, f"{doc}: the block starting {first!r} failed:\n{proc.stderr[-3000:]}"
 
 

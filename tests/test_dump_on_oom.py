@@ -14,15 +14,13 @@ import json
 import os
 import pickle
 import subprocess
-import sys
-import textwrap
 
 import pytest
 
 import torchmem
 from torchmem.oom import files
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, last_json, ok, run_args, run_python, run_torchmem
 MiB = 1 << 20
 
 # Fills a 64 MiB capacity with a mix of 3 and 5 MiB tensors, freeing some, until an OOM.
@@ -40,18 +38,9 @@ def fill():
 
 
 def run(code: str, cwd: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    full = dict(os.environ, **(env or {}))
-    full["PYTHONPATH"] = ROOT + os.pathsep + full.get("PYTHONPATH", "")
-    for key in ("RANK", "WORLD_SIZE", "TORCHMEM_ALLOC_CONF"):
-        if key not in (env or {}):
-            full.pop(key, None)
-    return subprocess.run([sys.executable, "-c", FILL + textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full, cwd=cwd, timeout=timeout)
-
-
-def last_json(proc: subprocess.CompletedProcess):
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """FILL + `code` in a child in `cwd`, without this process's rank, world size and settings unless `env` gives them."""
+    unset = [key for key in ("RANK", "WORLD_SIZE", "TORCHMEM_ALLOC_CONF") if key not in (env or {})]
+    return run_python(code, env, timeout, prelude=FILL, cwd=cwd, drop_env=unset)
 
 
 def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
@@ -94,9 +83,7 @@ def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
     assert result.recorded_oom["replay_reserved"] == reserved == result.recorded_oom["reserved"]
     assert result.exact
 
-    cli = subprocess.run([sys.executable, "-m", "torchmem", "replay", path], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
-    assert cli.returncode == 0, cli.stderr
+    cli = ok(run_torchmem("replay", path, timeout=120))
     assert "The recorded OOM is reproduced" in cli.stdout
 
 
@@ -317,12 +304,8 @@ def test_rank_comes_from_the_environment(monkeypatch):
 
 @pytest.mark.slow
 def test_example_oom_to_fix(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TORCHMEM_ALLOC_CONF", None)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "oom_to_fix.py"), "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = proc.stdout
+    out = ok(run_args([os.path.join(ROOT, "examples", "oom_to_fix.py"), "--out", str(tmp_path)], timeout=300,
+                      cwd=str(tmp_path), drop_env=["TORCHMEM_ALLOC_CONF"])).stdout
     assert "torch.OutOfMemoryError: cpu out of memory" in out and "wrote a snapshot of this out-of-memory error" in out
     assert "The recorded OOM is reproduced" in out
     assert "Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out

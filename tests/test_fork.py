@@ -11,29 +11,24 @@ control fork that skips the handlers and hangs) is in tests/cpp/core_driver.cpp
 """
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, run_python
+from conftest import ROOT, last_json, run_args
+from conftest import run_ok as run_python_ok
 
 EXPERIMENT = os.path.join(ROOT, "tests", "fork_experiment.py")
 
 
 def experiment(*args: str, timeout: int = 600) -> dict:
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, EXPERIMENT, *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json(run_args([EXPERIMENT, *args], timeout=timeout))
 
 
 def run_ok(code: str, timeout: int = 300) -> str:
-    proc = run_python(code, env={"PYTHONPATH": os.path.join(ROOT, "tests")}, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    return proc.stdout
+    """`code` in a child that imports the tests' helpers (fork_experiment)."""
+    return run_python_ok(code, {"PYTHONPATH": os.path.join(ROOT, "tests")}, timeout)
 
 
 def test_the_hang_detector_kills_a_child_that_does_not_finish():

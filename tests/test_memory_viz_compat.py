@@ -8,8 +8,6 @@ allocator's statistics (free internal + free external + allocated = reserved).
 import base64
 import pickle
 import re
-import subprocess
-import sys
 
 import pytest
 from torch.cuda import _memory_viz as mv
@@ -17,7 +15,7 @@ from torch.cuda import _memory_viz as mv
 from torchmem import _C, sim
 from torchmem.snapshot import build_snapshot, dump_snapshot, snapshot_from_replay
 
-from conftest import MiB, run_python, sim_allocator
+from conftest import MiB, ok, run_args, run_python, sim_allocator
 
 
 def allocate_weights(a):
@@ -120,9 +118,7 @@ def test_memory_viz_command_line(tmp_path):
     path = tmp_path / "snap.pickle"
     dump_snapshot(path, snap)
     # `python -m torch.cuda._memory_viz stats FILE` (its other commands call the functions tested above).
-    out = subprocess.run([sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)],
-                         capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
-    assert out.returncode == 0, out.stderr
+    out = ok(run_args(["-m", "torch.cuda._memory_viz", "stats", str(path)], timeout=120, cwd=str(tmp_path)))
     check_segsum(out.stdout, r.stats, len(snap["segments"]))
 
 

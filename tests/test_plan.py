@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import run_torchmem
 from torchmem.plan import Buffer, buffers_from_trace, load_csv, lower_bound, save_csv, solve
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dsa"
@@ -16,7 +15,6 @@ if not DATA.exists():
     DATA = Path("/work/shared/data/dsa")
 EXAMPLE = DATA / "minimalloc" / "examples" / "input.12.csv"
 CHALLENGING = DATA / "minimalloc" / "challenging"
-ROOT = Path(__file__).resolve().parents[1]
 needs_data = pytest.mark.skipif(not EXAMPLE.exists(), reason="shared planning data not present")
 
 
@@ -233,9 +231,7 @@ def test_fast_methods_scale() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "torchmem", "plan", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    return run_torchmem("plan", *args, timeout=120)
 
 
 @needs_data

@@ -22,15 +22,20 @@ def note(report):
     reports.append([report.phase, report.hits, report.misses, report.unplanned, report.rerecord])
 """
 
-LOOPS = {
-    # README.md, "Planned allocation": zero_grad() first, the loss returned and kept
-    "readme": """
+# README.md's train_step ("Planned allocation"): zero_grad() first, the loss returned and kept. The
+# README's blocks that call it run with this one too (tests/test_docs_code.py).
+TRAIN_STEP = """
 def train_step(batch):
     optimizer.zero_grad()
     loss = model(batch).pow(2).mean()
     loss.backward()
     optimizer.step()
     return loss
+"""
+
+LOOPS = {
+    # README.md, "Planned allocation": TRAIN_STEP, planned step by step
+    "readme": TRAIN_STEP + """
 for i, batch in enumerate(loader):
     with torchmem.planned(inputs=batch) as report:
         loss = train_step(batch)

@@ -8,17 +8,13 @@ dump_on_oom at its OOM.
 from __future__ import annotations
 
 import json
-import os
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from torchmem.viz.ranks import format_rows, is_library_frame, rank_row, site_of, top_sites
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ok, run_python, run_torchmem
 MiB = 1 << 20
 
 USER = {"filename": "/home/me/project/train.py", "line": 42, "name": "forward"}
@@ -90,11 +86,7 @@ def test_rank_from_name_then_position():
 
 
 def _cpu_run(tmp_path, rank: int, code: str) -> None:
-    env = dict(os.environ, RANK=str(rank), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("TORCHMEM_ALLOC_CONF", None)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    ok(run_python(code, {"RANK": str(rank)}, 120, cwd=str(tmp_path), drop_env=["TORCHMEM_ALLOC_CONF"]))
 
 
 def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
@@ -123,10 +115,7 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
             pass
     """)
     files = [str(tmp_path / "oom_rank1.pickle"), str(tmp_path / "end_rank0.pickle")]
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "ranks", *files, "--json"], capture_output=True,
-                          text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = ok(run_torchmem("ranks", *files, "--json", timeout=120))
     rows = json.loads(proc.stdout)["ranks"]
     assert [r["rank"] for r in rows] == [0, 1]
     r0, r1 = rows
@@ -139,9 +128,7 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
     assert r1["reserved"] + r1["oom"]["device_free"] == 64 * MiB
     assert r1["top_sites"][0]["site"] == "<string>:7 activations"
 
-    text = subprocess.run([sys.executable, "-m", "torchmem", "ranks", *files], capture_output=True, text=True,
-                          env=env, timeout=120)
-    assert text.returncode == 0, text.stderr
+    text = ok(run_torchmem("ranks", *files, timeout=120))
     lines = text.stdout.splitlines()
     assert lines[0].split()[:4] == ["rank", "device", "allocated", "reserved"]
     assert lines[2].split()[0] == "0" and lines[3].split()[0] == "1"
@@ -158,10 +145,8 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
 def test_cli_bad_files(tmp_path, content, words):
     bad = tmp_path / "bad.pickle"
     bad.write_bytes(content)
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "ranks", str(bad)], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    proc = run_torchmem("ranks", str(bad), timeout=120)
     assert proc.returncode == 1
     assert proc.stderr.startswith("torchmem ranks: error:") and words in proc.stderr, proc.stderr
-    missing = subprocess.run([sys.executable, "-m", "torchmem", "ranks", str(tmp_path / "nope.pickle")],
-                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    missing = run_torchmem("ranks", str(tmp_path / "nope.pickle"), timeout=120)
     assert missing.returncode == 1 and "no such file" in missing.stderr

@@ -25,17 +25,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import MiB, run_python
+from conftest import MiB, run_ok
 from torchmem import _C, sim
 
 # ---------------------------------------------------------------------------
 # Concurrency on the CPU install
-
-
-def run_ok(code: str, env: dict | None = None) -> str:
-    proc = run_python(code, env=env, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
 
 
 THREADED_TORCH = """

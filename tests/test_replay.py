@@ -1,8 +1,13 @@
-"""Replaying traces on the simulated device: formats, results, bad input, faithfulness."""
+"""Replaying traces on the simulated device: formats, results, bad input, the command line.
+
+Faithfulness, a replay making the decisions of the run it replays, is tested
+where those replays are: tests/test_replay_exact.py (torchmem's own
+recordings, begun mid-run, address by address), tests/test_native_fixtures.py
+(PyTorch's decisions on real GPUs) and, on the fake GPU,
+tests/fakegpu/test_replay_native_scenarios.py (PyTorch's own allocator).
+"""
 import json
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,7 +15,7 @@ import pytest
 from torchmem import _C, sim, workloads
 from torchmem.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
 
-from conftest import GiB, MiB, ROOT, sim_allocator
+from conftest import GiB, MiB, ok, run_torchmem, sim_allocator
 
 
 def events_of(*ops):
@@ -169,10 +174,6 @@ def test_bad_snapshots_name_the_file_and_problem(tmp_path, payload, fragment):
     assert str(path) in str(info.value) and fragment in str(info.value)
 
 
-# Replays of recorded runs, address by address: tests/test_replay_exact.py (torchmem's own
-# recordings, begun mid-run) and tests/test_native_fixtures.py (PyTorch's decisions on real GPUs).
-
-
 def test_streamed_chunks_keep_memory_bounded_by_live_blocks():
     """A long trace arrives in chunks; the replayer only keeps live ids."""
     n_chunks, per = 20, 50_000
@@ -195,12 +196,8 @@ def test_cli_replay_json_and_plot(tmp_path):
     path = tmp_path / "t.jsonl"
     write_jsonl(trace, str(path))
     png = tmp_path / "r.png"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", "2GiB", "--json",
-         "--compare", "expandable_segments:True", "--plot", str(png)],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = ok(run_torchmem("replay", str(path), "--capacity", "2GiB", "--json", "--compare", "expandable_segments:True",
+                           "--plot", str(png), timeout=120))
     rows = json.loads(proc.stdout)
     assert [row["conf"] for row in rows] == ["", "expandable_segments:True"]
     for row in rows:
@@ -211,7 +208,7 @@ def test_cli_replay_json_and_plot(tmp_path):
 def test_cli_replay_bad_file_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"op": "free", "id": 3}\n')
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    proc = run_torchmem("replay", str(path), timeout=60)
     assert proc.returncode == 1
     assert "event 0: free of id 3" in proc.stderr
     assert "Traceback" not in proc.stderr

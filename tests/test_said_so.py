@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
-from conftest import ROOT, run_python
+from conftest import ok, run_python, run_torchmem
 
 
 def run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = run_python(code, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return ok(run_python(code, env=env))
 
 
 def test_a_second_install_with_other_settings_says_the_live_tensors_leave_the_figures():
@@ -64,21 +61,6 @@ print(json.dumps({"stats": stats, "allocated": allocated,
     assert r["warnings"][0][2] == "<string>"  # the warning points at the caller's line, not at torchmem
 
 
-def test_pytorch_cuda_alloc_conf_on_a_cpu_install_is_named_as_not_applied():
-    code = """
-import json, warnings, torchmem
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    torchmem.install()
-print(json.dumps([str(w.message) for w in caught if "PYTORCH_CUDA_ALLOC_CONF" in str(w.message)]))
-"""
-    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "TORCHMEM_ALLOC_CONF": ""}
-    [message] = json.loads(run(code, env).stdout.splitlines()[-1])
-    assert "max_split_size_mb:64 is not applied" in message and "TORCHMEM_ALLOC_CONF" in message
-    both = dict(env, TORCHMEM_ALLOC_CONF="max_split_size_mb:128")  # the user chose torchmem's variable: no warning
-    assert json.loads(run(code, both).stdout.splitlines()[-1]) == []
-
-
 def test_skip_bad_events_skips_bad_lines_and_counts_exactly_what_it_skipped(tmp_path):
     trace = tmp_path / "bad.jsonl"
     trace.write_text(
@@ -88,15 +70,13 @@ def test_skip_bad_events_skips_bad_lines_and_counts_exactly_what_it_skipped(tmp_
         '{"op": "alloc", "id": 3, "size": -5}\n'             # a negative size: the line cannot be used
         '{"op": "alloc", "id": 4, "size": 2048, "stream": 0}\n'
         '{"op": "free", "id": 1}\n')
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    cmd = [sys.executable, "-m", "torchmem", "replay", str(trace), "--skip-bad-events", "--no-progress"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    args = ["replay", str(trace), "--skip-bad-events", "--no-progress"]
+    proc = ok(run_torchmem(*args))
     assert "skipped 3 bad events: 2 trace lines that could not be used (first: line 3: unknown op 'allocate'" in proc.stderr
     assert "1 event refused" in proc.stderr
-    result = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, env=env, timeout=300).stdout)
+    result = json.loads(run_torchmem(*args, "--json").stdout)
     assert result["completed"] and result["skipped_events"] == 3
     assert result["peak_allocated"] == 1024 + 2048  # ids 1 and 4 live together: both replayed
-    plain = subprocess.run(cmd[:-2] + ["--no-progress"], capture_output=True, text=True, env=env, timeout=300)
+    plain = run_torchmem(*args[:-2], "--no-progress")
     # without the flag: the first line that cannot be read stops it (lines are read before they are replayed)
     assert plain.returncode == 1 and "line 3: unknown op 'allocate'" in plain.stderr

@@ -10,7 +10,6 @@ import pickle
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 
@@ -18,7 +17,7 @@ from replay_recording import GiB, random_workload, record
 from torchmem.viz.html import COLORS, render_html
 from torchmem.viz.ranks import rank_row
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, ok, run_torchmem
 SNAPSHOTS = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "snapshots"))
 CHROMIUM = "/usr/bin/chromium"
 
@@ -80,10 +79,7 @@ def oom_page(tmp_path_factory):
     assert any(e["action"] == "oom" for e in snap["device_traces"][0])
     out = tmp_path_factory.mktemp("page")
     (out / "oom.pickle").write_bytes(pickle.dumps(snap))
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "viz", str(out / "oom.pickle"), "-o", str(out / "oom.html"),
-                           "--no-progress"], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    ok(run_torchmem("viz", str(out / "oom.pickle"), "-o", str(out / "oom.html"), "--no-progress", timeout=300))
     return out / "oom.html"
 
 

@@ -3,14 +3,14 @@ runs in a fresh interpreter (PyTorch allows one swap per process)."""
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from typing import Any, Callable
 
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from subprocess_runner import ROOT, last_json, run_python  # noqa: F401  (the one subprocess runner; ROOT for the tests)
+
 MiB = 1024 * 1024
 
 # The fake GPU (torchmem.fakegpu, `make test-fakegpu`): PyTorch's CUDA build on
@@ -77,24 +77,13 @@ tmcuda.install_cuda("caching", os.environ.get("TORCHMEM_TEST_CONF", ""))
 
 def run_child(code: str, conf: str = "", install: bool = True, timeout: int = 240,
               env: dict | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TORCHMEM_TEST_CONF=conf, **(env or {}))
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    body = PRELUDE if install else COMMON
-    return subprocess.run(
-        [sys.executable, "-c", body + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=ROOT,
-    )
+    """Run `code` after PRELUDE (torchmem installed on CUDA with `conf`), or after COMMON when not `install`."""
+    return run_python(code, {"TORCHMEM_TEST_CONF": conf, **(env or {})}, timeout, prelude=PRELUDE if install else COMMON)
 
 
 def run_json(code: str, **kwargs) -> dict:
     """Run `code`, which prints one JSON object on its last line; return it."""
-    proc = run_child(code, **kwargs)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return last_json(run_child(code, **kwargs))
 
 
 # Prepended (after PRELUDE) to the children of run_noted: note() reports a

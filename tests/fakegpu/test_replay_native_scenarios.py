@@ -18,14 +18,13 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import random
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from helpers import run_json
+from replay_recording import random_workload
+from subprocess_runner import ok, run_torchmem
 from torchmem import sim
 from torchmem.snapshot import snapshot_from_replay
 from torchmem.fakegpu import oracle
@@ -35,29 +34,12 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
+ORACLE_OPS = {"alloc": "a", "free": "f", "empty_cache": "e"}
+
+
 def mixed(seed: int, steps: int, streams: int = 1, empty_cache_every: int = 0, large: float = 0.3) -> list:
     """tests/replay_recording.random_workload as oracle ops: mixed sizes, random frees, ids never reused."""
-    rng = random.Random(seed)
-    live: list[int] = []
-    ops: list = []
-    next_id = 0
-    for step in range(steps):
-        if empty_cache_every and step and step % empty_cache_every == 0:
-            ops.append(["e"])
-        if live and rng.random() < 0.45:
-            ops.append(["f", live.pop(rng.randrange(len(live)))])
-            continue
-        kind = rng.random()
-        if kind < 1 - large:
-            size = rng.choice([4, 512, 1000, 4096, 70_000, 262_144, 1 << 20]) + rng.randrange(512)
-        elif kind < 1 - large / 3:
-            size = rng.randrange(1 << 20, 10 << 20)
-        else:
-            size = rng.randrange(10 << 20, 200 << 20)
-        ops.append(["a", next_id, size, rng.randrange(streams)])
-        live.append(next_id)
-        next_id += 1
-    return ops
+    return [[ORACLE_OPS[op[0]], *op[1:]] for op in random_workload(seed, steps, streams, empty_cache_every, large)]
 
 
 def record_stream_ops(rounds: int = 40) -> list:
@@ -449,9 +431,7 @@ print(json.dumps(sum(t.numel() for t in live.values())))
     assert held >= live and result.stats["allocated_bytes"]["all"]["current"] == held
     layout = oracle._layout
     assert layout(snapshot_from_replay(result)["segments"]) == layout(snap["segments"])
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = ok(run_torchmem("replay", str(path), timeout=120))
     assert "The snapshot has no trace" in proc.stdout
 
 
