@@ -122,6 +122,18 @@ def test_every_allocator_is_in_the_suite():
     assert not missing, f"allocators the extension registers and no factory of the suite makes: {missing}"
 
 
+def test_every_policy_is_in_the_suite():
+    """Each policy the registry has (torchmem._C.policies(), csrc/core/policy/policies.cpp) serves some factory."""
+    policies = set()
+    for factory in FACTORIES.values():
+        allocator, _ = factory()
+        if isinstance(allocator, _C.DeviceAllocator):
+            policies.add(allocator.policy)
+    assert {"native", "stitch"} <= set(_C.policies())
+    missing = sorted(set(_C.policies()) - policies)
+    assert not missing, f"policies the registry has and no factory of the suite makes: {missing}"
+
+
 @pytest.fixture(params=sorted(FACTORIES))
 def subject(request):
     allocator, host_backed = FACTORIES[request.param]()

@@ -376,3 +376,22 @@ def test_record_stream_with_another_gpus_stream_leaves_no_sticky_error():
         env=TWO_GPUS,
     )
     assert r["pending"] == 0 and r["n"] == 3
+
+
+def test_a_device_left_out_is_the_current_gpu_once_torchmem_is_installed_on_cuda():
+    """torchmem/devices.py's one rule on CUDA: torchmem.memory_stats() and the other functions that take a
+    device mean the current GPU when given none, as torch.cuda's do, and an Arena takes its region there."""
+    r = run_json(
+        """
+        from torchmem import devices
+        x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        arena = torchmem.Arena(2 << 20)
+        print(json.dumps({"name": devices.device_name(None), "index": devices.device_name(0),
+                          "same": torchmem.memory_stats() == torchmem.memory_stats("cuda:0"),
+                          "allocated": torchmem.memory_allocated(), "torch": torch.cuda.memory_allocated(),
+                          "arena": arena.device, "cpu": torchmem.memory_stats("cpu")}))
+        """
+    )
+    assert r["name"] == r["index"] == "cuda:0" and r["same"]
+    assert r["allocated"] == r["torch"] >= (1 << 20) + (2 << 20), r  # the tensor and the arena's region
+    assert r["arena"] != "cpu" and r["cpu"] == {}, r
