@@ -1,10 +1,145 @@
-"""Module-level workloads for torchmem.preflight.run (importable by name in the child interpreter)."""
+"""Module-level workloads for torchmem.preflight.run (importable by name in the child interpreter).
+
+`measure(kind, device)` builds a small model, runs one training (or
+inference) step on `device`, and returns the bytes its live tensors need on
+a card (each storage rounded up to PyTorch's 512-byte allocation unit) and,
+on CUDA, what PyTorch's allocator says is allocated beyond the cuBLAS
+workspaces a warm-up created. The same call on the CPU gives the live
+tensors the model needs there, to hold the fake GPU's numbers to.
+"""
 from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
 
 
 def allocate(n_bytes: int) -> dict:
     """Allocates n_bytes on the device: what it allocated, seen from inside."""
-    import torch
-
     x = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
     return {"allocated": torch.cuda.memory_allocated(), "is_fake": x.device.type == "cuda"}
+
+
+def card_bytes(tensors: list[torch.Tensor], device: str) -> int:
+    """The device memory the tensors' distinct storages take, each rounded up to 512 bytes."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is None or t.device.type != torch.device(device).type:
+            continue
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = (storage.nbytes() + 511) // 512 * 512
+    return sum(seen.values())
+
+
+def state_tensors(*objects: Any) -> list[torch.Tensor]:
+    """Parameters, gradients, buffers, optimizer and scaler state: what a training step keeps."""
+    out: list[torch.Tensor] = []
+    for obj in objects:
+        if isinstance(obj, torch.nn.Module):
+            for p in obj.parameters():
+                out += [p, p.grad]
+            out += list(obj.buffers())
+        elif isinstance(obj, torch.optim.Optimizer):
+            for state in obj.state.values():
+                out += [v for k, v in state.items() if torch.is_tensor(v) and k != "step"]
+        elif isinstance(obj, torch.amp.GradScaler):
+            out += [t for t in (getattr(obj, "_scale", None), getattr(obj, "_growth_tracker", None)) if t is not None]
+    return out
+
+
+def _warm_up(device: str) -> None:
+    """Creates the cuBLAS workspaces (this thread's and the autograd engine's) before the count starts."""
+    lin = torch.nn.Linear(8, 8, device=device)
+    lin(torch.ones(4, 8, device=device)).sum().backward()
+    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
+        lin(torch.ones(4, 8, device=device)).float().sum().backward()
+    del lin
+
+
+def _mlp(device: str) -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to(device)
+
+
+def autocast_gradscaler(device: str) -> list[Any]:
+    torch.manual_seed(0)
+    model = _mlp(device)
+    opt = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler(torch.device(device).type)
+    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
+        loss = model(torch.randn(32, 64, device=device)).float().pow(2).mean()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    return [model, opt, scaler]
+
+
+def checkpointing(device: str) -> list[Any]:
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    blocks = torch.nn.ModuleList([_mlp(device) for _ in range(3)])
+    opt = torch.optim.SGD(blocks.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(32, 64, device=device)
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    x.pow(2).mean().backward()
+    opt.step()
+    return [blocks, opt]
+
+
+def compiled(device: str) -> list[Any]:
+    torch.manual_seed(0)
+    model = _mlp(device)
+    opt = torch.optim.Adam(model.parameters())
+    step = torch.compile(model, backend="aot_eager")
+    step(torch.randn(32, 64, device=device)).pow(2).mean().backward()
+    opt.step()
+    return [model, opt]
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(channels)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(x + self.bn2(self.conv2(y)))
+
+
+def resnet(device: str) -> list[Any]:
+    """A small ResNet (stem, two residual blocks, pooling, a classifier), one SGD step."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                                torch.nn.ReLU(), _Block(16), _Block(16), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(16, 10)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    logits = model(torch.randn(8, 3, 32, 32, device=device))
+    torch.nn.functional.cross_entropy(logits, torch.randint(0, 10, (8,), device=device)).backward()
+    opt.step()
+    return [model, opt]
+
+
+KINDS: dict[str, Callable[[str], list[Any]]] = {
+    "autocast_gradscaler": autocast_gradscaler, "checkpointing": checkpointing, "compiled": compiled,
+    "resnet": resnet,
+}
+
+
+def measure(kind: str, device: str) -> dict[str, Any]:
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        _warm_up(device)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+    kept = KINDS[kind](device)
+    live = card_bytes(state_tensors(*kept), device)
+    out: dict[str, Any] = {"live": live}
+    if cuda:
+        torch.cuda.synchronize()
+        out["allocated"] = torch.cuda.memory_allocated() - base
+        out["cudnn"] = torch.backends.cudnn.enabled
+    return out
