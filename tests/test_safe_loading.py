@@ -316,19 +316,16 @@ def _fake_gpu_tier(version: str) -> tuple[str, str] | None:
 def test_snapshots_written_by_pytorchs_cuda_builds_load(tmp_path, version):
     """torch.cuda.memory._dump_snapshot() itself, in PyTorch's CUDA build on the fake GPU (make fakegpu): the
     pickle holds plain data only, loads as pickle.load reads it, and replays exactly, its OOM reproduced."""
-    import subprocess
-
-    from conftest import ROOT
+    from conftest import ROOT, ok, run_args
 
     tier = _fake_gpu_tier(version)
     if tier is None:
         pytest.skip(f"the fake-GPU tier for torch {version} is not built here (make test-fakegpu FAKEGPU_TORCH={version})")
     python, ext = tier
     path = str(tmp_path / f"torch-{version}.pickle")
-    env = dict(os.environ, PYTHONPATH=ROOT, TORCHMEM_EXT_DIR=ext, TORCHMEM_FAKEGPU_LIBS=os.path.join(ROOT, "build", "fakegpu"))
-    proc = subprocess.run([python, "-m", "torchmem.fakegpu", "--card", "8GiB", "--", python, "-c", DUMP.format(path=path)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    env = {"TORCHMEM_EXT_DIR": ext, "TORCHMEM_FAKEGPU_LIBS": os.path.join(ROOT, "build", "fakegpu")}
+    ok(run_args(["-m", "torchmem.fakegpu", "--card", "8GiB", "--", python, "-c", DUMP.format(path=path)], env, 600,
+                python=python))
     with open(path, "rb") as f:
         data = f.read()
     assert _C.scan_plain_pickle(data)[0] and _C.strip_pickle_key(data, "frames") is not None

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT, ok, run_torchmem
+
 JOB = os.path.join(ROOT, "tests", "ddp_oom_job.py")
 LIMIT_S = 60
 
@@ -78,9 +79,7 @@ def test_rank1_oom_under_torchrun_is_dumped_and_replays(tmp_path):
     assert 0 <= oom[0]["device_free"] < 40 * 2**20
 
     # `torchmem replay FILE` reproduces rank 1's OOM from the file alone.
-    replay = subprocess.run([sys.executable, "-m", "torchmem", "replay", path, "--json"], capture_output=True,
-                            text=True, env=_env(), cwd=out, timeout=120)
-    assert replay.returncode == 0, replay.stderr
+    replay = ok(run_torchmem("replay", path, "--json", cwd=out, timeout=120, base_env=_env()))
     result = json.loads(replay.stdout)
     assert result["capacity_source"] == "oom"
     assert result["recorded_oom"]["reproduced"], result["recorded_oom"]
