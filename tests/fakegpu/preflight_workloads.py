@@ -48,11 +48,20 @@ def state_tensors(*objects: Any) -> list[torch.Tensor]:
 
 
 def _warm_up(device: str) -> None:
-    """Creates the cuBLAS workspaces (this thread's and the autograd engine's) before the count starts."""
-    lin = torch.nn.Linear(8, 8, device=device)
-    lin(torch.ones(4, 8, device=device)).sum().backward()
+    """Creates the cuBLAS and cuBLASLt workspaces (this thread's and the autograd engine's) before the count starts.
+
+    torch 2.11 keeps a separate 1 MiB cuBLASLt workspace, made by the first
+    matmul that takes the cuBLASLt path (gemm_and_bias) on a thread's handle:
+    the warm-up runs the workloads' own layer shapes, plain and checkpointed
+    (recomputed on the autograd thread), so that both threads have theirs.
+    """
+    from torch.utils.checkpoint import checkpoint
+
+    lin = _mlp(device)
+    lin(torch.ones(32, 64, device=device)).sum().backward()
+    checkpoint(lin, torch.ones(32, 64, device=device, requires_grad=True), use_reentrant=False).sum().backward()
     with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
-        lin(torch.ones(4, 8, device=device)).float().sum().backward()
+        lin(torch.ones(32, 64, device=device)).float().sum().backward()
     del lin
 
 
