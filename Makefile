@@ -88,13 +88,15 @@ FAKEGPU_PIP := $(if $(filter 2.14.1,$(FAKEGPU_TORCH)),,--isolated --cert /etc/ss
 FAKEGPU_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/lib/torchmem TORCHMEM_FAKEGPU_LIBS=$(abspath $(FAKEGPU_DIR)) \
   TORCHMEM_FAKEGPU_LOG=$(abspath $(CUDA_BUILD))/unimplemented.log TORCHMEM_FAKEGPU_REQUIRED=1
 
-$(CUDA_VENV)/.deps: requirements-dev.txt
+$(CUDA_VENV)/.deps: requirements-dev.txt requirements-fakegpu.txt
 	test -x $(CUDA_PY) || $(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.__version__.startswith('$(FAKEGPU_TORCH)') else 1)" 2>/dev/null || \
 	  $(CUDA_PY) -m pip install $(FAKEGPU_PIP) torch==$(FAKEGPU_TORCH) || \
 	  { echo "FAKE-GPU TIER: no CUDA build of torch $(FAKEGPU_TORCH) could be installed; the tier cannot run" >&2; exit 1; }
 	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'FAKE-GPU TIER: torch ' + torch.__version__ + ' in $(CUDA_VENV) is not a CUDA build')"
 	$(CUDA_PY) -m pip install -q -r requirements-dev.txt
+	$(CUDA_PY) -m pip install -q $(FAKEGPU_PIP) -r requirements-fakegpu.txt
+	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'FAKE-GPU TIER: requirements-fakegpu.txt replaced the CUDA build of torch')"
 	touch $@
 
 $(CUDA_BUILD)/.built: $(CUDA_VENV)/.deps $(SOURCES)

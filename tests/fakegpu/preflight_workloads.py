@@ -44,6 +44,8 @@ def state_tensors(*objects: Any) -> list[torch.Tensor]:
                 out += [v for k, v in state.items() if torch.is_tensor(v) and k != "step"]
         elif isinstance(obj, torch.amp.GradScaler):
             out += [t for t in (getattr(obj, "_scale", None), getattr(obj, "_growth_tracker", None)) if t is not None]
+        elif torch.is_tensor(obj):
+            out.append(obj)
     return out
 
 
@@ -132,9 +134,50 @@ def resnet(device: str) -> list[Any]:
     return [model, opt]
 
 
+# Hugging Face models built from a config (tiny; nothing is downloaded).
+
+def gpt2_adamw(device: str) -> list[Any]:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64,
+                                       bos_token_id=0, eos_token_id=0)).to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, 512, (2, 32), device=device)
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    return [model, opt, ids]
+
+
+def bert_inference(device: str) -> list[Any]:
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(num_hidden_layers=2, num_attention_heads=2, hidden_size=64, intermediate_size=128,
+                                 vocab_size=512, max_position_embeddings=64)).to(device).eval()
+    ids = torch.randint(0, 512, (2, 32), device=device)
+    with torch.no_grad():
+        hidden = model(input_ids=ids).last_hidden_state
+    return [model, ids, hidden]
+
+
+def t5_training(device: str) -> list[Any]:
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, num_heads=2, d_model=64,
+                                                d_kv=32, d_ff=128, vocab_size=512, decoder_start_token_id=0)).to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    ids = torch.randint(0, 512, (2, 32), device=device)
+    labels = torch.randint(0, 512, (2, 16), device=device)
+    model(input_ids=ids, labels=labels).loss.backward()
+    opt.step()
+    return [model, opt, ids, labels]
+
+
 KINDS: dict[str, Callable[[str], list[Any]]] = {
     "autocast_gradscaler": autocast_gradscaler, "checkpointing": checkpointing, "compiled": compiled,
-    "resnet": resnet,
+    "resnet": resnet, "gpt2_adamw": gpt2_adamw, "bert_inference": bert_inference, "t5_training": t5_training,
 }
 
 
