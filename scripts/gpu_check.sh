@@ -24,12 +24,13 @@
 # benchmark's step times are the CPU's (PyTorch's dispatch and the
 # allocator), not a GPU's.
 #
-# Leaves at most 5 files in $OUT: summary.txt (what was printed), logs.tar.gz
+# Leaves at most 7 files in $OUT: summary.txt (what was printed), logs.tar.gz
 # (every stage's log, the JUnit XML, env.txt, the benchmark's runs; packed
 # again after each stage, so a run cut short still leaves its logs),
 # bench_cuda.md and bench_cuda.json (the benchmark's table and results), and
 # native_snapshots.tar.gz (the native allocator's recorded histories, the
-# ones that fit in 15 MiB). Standard output stays under 10,000 characters.
+# ones that fit in 15 MiB), preflight_accuracy.md and .json (preflight against
+# the card, benchmarks/preflight_accuracy.py). Standard output stays under 10,000 characters.
 #
 # Environment: PYTHON (default python3), OUT (default out/gpu_check),
 # TORCH_CUDA_ARCH_LIST (default 9.0), MAX_JOBS (default 16), CUDA_HOME
@@ -309,6 +310,15 @@ fi
 # What a 2 MiB page map/unmap costs here, and the policy on cuMem* pages.
 stage stitch 45 "$PY" benchmarks/bench_stitch_cuda.py --out "$LOGS/stitch" &&
   [ -f "$LOGS/stitch/bench_stitch_cuda.md" ] && emit <"$LOGS/stitch/bench_stitch_cuda.md"
+
+# --- preflight against the card ------------------------------------------------------
+# The same workloads recorded on the GPU and under torchmem preflight (fake GPU, a card of this one's memory
+# and compute capability): peaks and the share of allocations at the same offset (docs/preflight.md).
+pf_args=(--out "$LOGS/preflight")
+[ "$FAKEGPU" = 1 ] || [ "${REHEARSE:-0}" = 1 ] && pf_args+=(--rehearse)
+stage preflight 100 bash -c "make -s fakegpu PYTHON='$PY' >/dev/null && '$PY' benchmarks/preflight_accuracy.py ${pf_args[*]}" &&
+  [ -f "$LOGS/preflight/preflight_accuracy.md" ] && emit <"$LOGS/preflight/preflight_accuracy.md" &&
+  cp "$LOGS/preflight/preflight_accuracy.md" "$LOGS/preflight/preflight_accuracy.json" "$OUT/" 2>/dev/null
 
 # --- benchmark -----------------------------------------------------------------
 # What is left of the budget, less 15 s to pack the results; the benchmark
