@@ -201,7 +201,7 @@ def build_snapshot(
             "total_size": seg["total_size"],
             "stream": seg["stream"],
             "segment_type": seg["segment_type"],
-            "segment_pool_id": (0, 0),
+            "segment_pool_id": tuple(seg.get("segment_pool_id", (0, 0))),
             "allocated_size": seg["allocated_size"],
             "active_size": active_size,
             "requested_size": seg["requested_size"],

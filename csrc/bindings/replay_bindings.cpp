@@ -127,12 +127,24 @@ void bind_replay(py::module_& m) {
              }
              return out;
            })
-      .def("stats", [](Replayer& r) { return stats_to_dict(r.allocator().stats()); })
-      .def("segments", [](Replayer& r) { return segments_to_list(r.allocator().segments()); })
-      .def("largest_free_block", [](Replayer& r) { return r.allocator().largest_free_block(); })
-      .def("check_invariants", [](Replayer& r) { r.allocator().check_invariants(); })
-      .def("enable_history", [](Replayer& r, size_t n) { r.allocator().enable_history(n); }, py::arg("max_entries"))
-      .def("history", [](Replayer& r) { return trace_to_list(r.allocator().history_entries()); })
+      .def("stats", [](Replayer& r) { return stats_to_dict(r.stats()); })
+      .def("segments",
+           [](Replayer& r) {
+             py::list out;
+             for (size_t i = 0; i < r.pool_count(); ++i) {
+               const ReplayPoolId id = r.pool_id(i);
+               for (py::handle seg : segments_to_list(r.pool_allocator(i).segments())) {
+                 seg.cast<py::dict>()["segment_pool_id"] = py::make_tuple(id.first, id.second);
+                 out.append(seg);
+               }
+             }
+             return out;
+           },
+           "The final segments of every pool, each with its segment_pool_id ((0, 0): the default pool).")
+      .def("largest_free_block", &Replayer::largest_free_block)
+      .def("check_invariants", &Replayer::check_invariants)
+      .def("enable_history", &Replayer::enable_history, py::arg("max_entries"))
+      .def("history", [](Replayer& r) { return trace_to_list(r.history()); })
       .def_property_readonly("policy", [](Replayer& r) { return r.allocator().config().policy; })
       .def(
           "counters",

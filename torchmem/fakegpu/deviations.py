@@ -38,12 +38,6 @@ class Deviation:
 
 DEVIATIONS: tuple[Deviation, ...] = (
     Deviation(
-        "private-pools",
-        "CUDA graphs and torch.cuda.MemPool: the replay puts a private pool's allocations in the default pool "
-        "(issue 26 item 6, not done), so they and what comes after land elsewhere.",
-        lambda w, p: any(op[0] in ("g", "m") for op in w.ops),
-    ),
-    Deviation(
         "retry-count",
         "num_alloc_retries: PyTorch counts a retry each time it releases its whole cache and allocates again "
         "after a failed device allocation. The replay makes the recording's releases itself and infers those "

@@ -16,13 +16,19 @@ happened on the GPU:
   not the allocator's own release before an out-of-memory);
 - the request an ``oom`` entry refused, and from the entry the memory the
   process could have held (reserved at that moment plus ``device_free``);
-- the allocator settings of ``allocator_settings``, in the config grammar.
+- the allocator settings of ``allocator_settings``, in the config grammar;
+- the private pool of each allocation (CUDA graphs, ``torch.cuda.MemPool``):
+  the entry's ``pool_id`` where the release records one (torch 2.13 and
+  later), else the ``segment_pool_id`` of the final segment that holds its
+  address (torch 2.11); an allocation in a segment freed before the end has
+  no recorded pool there and is replayed in the default pool.
 
 Frees take effect at ``free_completed`` (``free_requested`` when a trace has
 no ``free_completed``), as blocks become reusable only then.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -34,7 +40,8 @@ from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
 # Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
-EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = 2, 3, 4, 5, 6
+EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL = 2, 3, 4, 5, 6, 7
+DEFAULT_POOL = (0, 0)
 
 
 @dataclass
@@ -106,14 +113,6 @@ def recorded_conf(settings: Any) -> str | None:
             not any(item.startswith("reuse_order") for item in items):
         items.append("reuse_order:segment")
     return ",".join(items)
-
-
-def private_pool_segments(segments: Any) -> int:
-    """How many segments a private pool owns (a segment_pool_id other than (0, 0))."""
-    if not isinstance(segments, list):
-        return 0
-    return sum(1 for seg in segments if isinstance(seg, dict) and isinstance(seg.get("segment_pool_id"), (tuple, list))
-               and any(seg["segment_pool_id"]))
 
 
 def large_segment_size(conf: str) -> int:
@@ -191,12 +190,49 @@ class _Where:
         return format(str(self), spec)
 
 
+def _pool_id(value: Any) -> tuple[int, int] | None:
+    """A recorded pool id ((0, 0) is the default pool), or None if it is not a pair of ints."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64 for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+class _FinalPools:
+    """The private pool of an address, from the final segments' segment_pool_id (torch 2.11's only record)."""
+
+    def __init__(self, segments: Any) -> None:
+        spans = []
+        for seg in segments if isinstance(segments, list) else []:
+            if not isinstance(seg, dict):
+                continue
+            pool, addr, size = _pool_id(seg.get("segment_pool_id")), seg.get("address"), seg.get("total_size")
+            if pool and pool != DEFAULT_POOL and isinstance(addr, int) and isinstance(size, int):
+                spans.append((addr, addr + size, pool))
+        spans.sort()
+        self.starts = [a for a, _, _ in spans]
+        self.spans = spans
+
+    def __bool__(self) -> bool:
+        return bool(self.spans)
+
+    def pool_of(self, addr: int) -> tuple[int, int]:
+        at = bisect.bisect_right(self.starts, addr) - 1
+        if at >= 0 and addr < self.spans[at][1]:
+            return self.spans[at][2]
+        return DEFAULT_POOL
+
+
 class _Builder:
     """One pass over a device's trace entries; see the module docstring."""
 
-    def __init__(self, name: str, device: int, skip_bad_events: bool) -> None:
+    def __init__(self, name: str, device: int, skip_bad_events: bool, final_segments: Any = None) -> None:
         self.name, self.device, self.skip = name, device, skip_bad_events
         self.cols = _Columns()
+        self.pools: dict[tuple[int, int], int] = {DEFAULT_POOL: 0}  # pool id -> the replay's pool index
+        self.pool = 0                             # the pool index allocations go to now
+        self.final_pools = _FinalPools(final_segments)
+        self.pools_inferred = 0                   # allocations placed in a pool by their final segment
         self.next_id = 0
         self.live: dict[int, int] = {}            # addr -> id, blocks live now
         self.seen: set[int] = set()               # addresses with an alloc or free so far
@@ -239,6 +275,18 @@ class _Builder:
         for position in self.unsurvived:
             self.cols.ops[position] = SURVIVED_FAILED_ALLOC
         self.unsurvived.clear()
+
+    def enter_pool(self, entry: dict, addr: int | None) -> None:
+        """Route the next allocation to its private pool (a POOL event when it changes)."""
+        pool = _pool_id(entry.get("pool_id")) if "pool_id" in entry else None
+        if pool is None and addr is not None and self.final_pools:
+            pool = self.final_pools.pool_of(addr)
+            self.pools_inferred += pool != DEFAULT_POOL
+        index = self.pools.setdefault(pool or DEFAULT_POOL, len(self.pools))
+        if index != self.pool:
+            self.pool = index
+            key = pool or DEFAULT_POOL
+            self.cols.add(POOL, index, key[0], 0, key[1])
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -308,6 +356,7 @@ class _Builder:
                               "device_free": device_free, "reserved_delta": self.reserved_delta})
             self.oom = self.oom or self.ooms[-1]
             self.mark_survived()
+            self.enter_pool(entry, None)
             self.unsurvived.append(len(self.cols.ops))
             self.cols.add(FAILED_ALLOC, 0, size, stream)
             return
@@ -323,6 +372,7 @@ class _Builder:
             self.seen.add(addr)
             self.allocs.append((addr, i))
             self.mark_survived()
+            self.enter_pool(entry, addr)
             self.cols.add(ALLOC, id_, size, stream, addr)
         elif action == free_action:
             id_ = self.live.pop(addr, None)
@@ -387,7 +437,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
     free_action = "free_completed" if "free_completed" in actions else "free_requested"
 
-    b = _Builder(name, device, skip_bad_events)
+    b = _Builder(name, device, skip_bad_events, snapshot.get("segments"))
     for i, entry in enumerate(entries):
         b.entry(i, entry, free_action)
     b.settle_release(None)
@@ -423,10 +473,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            retry_releases=b.retry_releases, start_reserved=start.reserved,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64), device_choice=choice.describe())
     notes = []
-    pooled = private_pool_segments(snapshot.get("segments"))
-    if pooled:
-        notes.append(f"{pooled} of the final segments belong to private pools (CUDA graphs or torch.cuda.MemPool, "
-                     "segment_pool_id): they are replayed as the default pool, so placements in them may differ")
+    if b.pools_inferred:
+        pools = len(b.pools) - 1
+        notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
+                     "no pool_id in its trace, so each allocation's pool comes from the final segment that holds it; "
+                     "allocations in segments freed before the end are replayed in the default pool")
     if b.bad:
         notes.append(f"skipped {b.bad} bad trace entries" + (f" (first: {b.first_bad})" if b.first_bad else ""))
     notes += start.notes

@@ -1,5 +1,7 @@
 #include "core/base/history.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 
 namespace torchmem {
@@ -44,9 +46,15 @@ void History::clear() {
 }
 
 void History::record_slow(Action action, uintptr_t addr, size_t size, Stream stream, uint64_t context) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t clock = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  static std::atomic<int64_t> last{0};  // every History's: times never repeat (history.h)
+  int64_t prev = last.load(std::memory_order_relaxed);
+  int64_t now;
+  do {
+    now = std::max(clock, prev + 1);
+  } while (!last.compare_exchange_weak(prev, now, std::memory_order_relaxed));
   TraceEntry entry{action, addr, size, stream, now, context};
   if (ring_.size() < max_entries_) {
     ring_.push_back(entry);

@@ -44,7 +44,8 @@ struct TraceEntry {
   uintptr_t addr;      // for kOom: bytes the device had free
   size_t size;         // for kOom: bytes requested
   Stream stream;
-  int64_t time_us;
+  int64_t time_us;     // the system clock's, made strictly increasing across every History of the
+                       // process, so entries of several allocators merge in order by time alone
   uint64_t context;    // 0, or the provider's id for this event
 };
 

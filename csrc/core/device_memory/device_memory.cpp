@@ -7,30 +7,6 @@ namespace torchmem {
 
 namespace {
 
-void add_stats(DeviceStats& dst, const DeviceStats& src) {
-  std::vector<StatArray*> d;
-  std::vector<const StatArray*> s;
-  dst.for_each_stat_array([&](StatArray& a) { d.push_back(&a); });
-  const_cast<DeviceStats&>(src).for_each_stat_array([&](StatArray& a) { s.push_back(&a); });
-  auto add = [](Stat& a, const Stat& b) {
-    a.current += b.current;
-    a.peak += b.peak;
-    a.allocated += b.allocated;
-    a.freed += b.freed;
-  };
-  for (size_t i = 0; i < d.size(); ++i) {
-    for (size_t t = 0; t < kNumStatTypes; ++t) add((*d[i])[t], (*s[i])[t]);
-  }
-  add(dst.oversize_allocations, src.oversize_allocations);
-  add(dst.oversize_segments, src.oversize_segments);
-  dst.num_alloc_retries += src.num_alloc_retries;
-  dst.num_ooms += src.num_ooms;
-  dst.num_sync_all_streams += src.num_sync_all_streams;
-  dst.num_device_alloc += src.num_device_alloc;
-  dst.num_device_free += src.num_device_free;
-  dst.max_split_size = src.max_split_size;
-}
-
 using Graveyard = std::vector<std::shared_ptr<void>>;
 
 template <typename T>

@@ -9,6 +9,7 @@ namespace torchmem {
 Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConfig& config, uint64_t sample_every,
                    bool skip_bad_events, bool follow_recording)
     : device_(std::make_unique<SimDevice>(capacity, 2u << 20, in_use_by_others)),
+      config_(config),
       allocator_(make_device_allocator(*device_, config)),
       sample_every_(std::max<uint64_t>(1, sample_every)),
       skip_bad_events_(skip_bad_events),
@@ -16,7 +17,112 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
   stats_ = &allocator_->stats_ref();
   native_ = allocator_->recorded_segments();
   if (!native_) follow_recording_ = false;  // no segments to follow
+  pools_.push_back(Pool{ReplayPoolId{0, 0}, allocator_, native_});
 }
+
+// ---------------------------------------------------------------- private pools
+
+void Replayer::enter_pool(uint64_t index, ReplayPoolId id) {
+  if (!native_) return;  // the stitch policy has no pools
+  if (index > pools_.size()) bad_event("pool " + std::to_string(index) + " before pool " + std::to_string(pools_.size()));
+  if (index == pools_.size()) {
+    if (pools_.size() == 1) pool_peaks_ = allocator_->stats();  // until now the default pool's peaks are the device's
+    std::shared_ptr<DeviceAllocator> made = make_device_allocator(*device_, config_);
+    if (history_entries_) made->enable_history(history_entries_);
+    auto* native = made->recorded_segments();
+    pools_.push_back(Pool{id, std::move(made), native});
+  }
+  current_ = index;
+}
+
+void Replayer::free_block(void* ptr) {
+  if (!pool_blocks_.empty()) {
+    auto it = pool_blocks_.find(ptr);
+    if (it != pool_blocks_.end()) {
+      DeviceAllocator* owner = it->second;
+      pool_blocks_.erase(it);
+      return owner->deallocate(ptr);
+    }
+  }
+  allocator_->deallocate(ptr);
+}
+
+bool Replayer::release_segment(uintptr_t addr) {
+  for (Pool& pool : pools_) {
+    if (pool.native && pool.native->release_cached_segment(addr)) return true;
+  }
+  return false;
+}
+
+namespace {
+
+std::vector<StatArray*> stat_arrays(DeviceStats& s) {
+  std::vector<StatArray*> out;
+  s.for_each_stat_array([&](StatArray& a) { out.push_back(&a); });
+  return out;
+}
+
+}  // namespace
+
+void Replayer::track_pool_peaks() {
+  DeviceStats sum;
+  for (const Pool& pool : pools_) add_stats(sum, pool.allocator->stats_ref());
+  auto keep = [](Stat& peak, const Stat& now) { peak.peak = std::max(peak.peak, now.current); };
+  const std::vector<StatArray*> peaks = stat_arrays(pool_peaks_), nows = stat_arrays(sum);
+  for (size_t a = 0; a < peaks.size(); ++a) {
+    StatArray& peak = *peaks[a];
+    const StatArray& now = *nows[a];
+    peak[kAggregate].peak = std::max(peak[kAggregate].peak, now[kSmallPool].current + now[kLargePool].current);
+    keep(peak[kSmallPool], now[kSmallPool]);
+    keep(peak[kLargePool], now[kLargePool]);
+  }
+  keep(pool_peaks_.oversize_allocations, sum.oversize_allocations);
+  keep(pool_peaks_.oversize_segments, sum.oversize_segments);
+}
+
+DeviceStats Replayer::stats() const {
+  if (pools_.size() == 1) return allocator_->stats();
+  DeviceStats sum;
+  for (const Pool& pool : pools_) add_stats(sum, pool.allocator->stats());
+  DeviceStats peaks = pool_peaks_;
+  const std::vector<StatArray*> from = stat_arrays(peaks), into = stat_arrays(sum);
+  for (size_t a = 0; a < into.size(); ++a) {
+    for (size_t t = 0; t < kNumStatTypes; ++t) (*into[a])[t].peak = (*from[a])[t].peak;
+  }
+  sum.oversize_allocations.peak = peaks.oversize_allocations.peak;
+  sum.oversize_segments.peak = peaks.oversize_segments.peak;
+  return sum;
+}
+
+void Replayer::enable_history(size_t max_entries) {
+  history_entries_ = max_entries;
+  for (Pool& pool : pools_) pool.allocator->enable_history(max_entries);
+}
+
+std::vector<TraceEntry> Replayer::history() const {
+  if (pools_.size() == 1) return allocator_->history_entries();
+  std::vector<TraceEntry> all;
+  for (const Pool& pool : pools_) {
+    std::vector<TraceEntry> part = pool.allocator->history_entries();
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  // History's clock never repeats a time (history.h), so time orders the pools' entries.
+  std::stable_sort(all.begin(), all.end(), [](const TraceEntry& a, const TraceEntry& b) { return a.time_us < b.time_us; });
+  if (history_entries_ && all.size() > history_entries_) all.erase(all.begin(), all.end() - history_entries_);
+  return all;
+}
+
+size_t Replayer::largest_free_block() const {
+  size_t largest = 0;
+  for (const Pool& pool : pools_) largest = std::max(largest, pool.allocator->largest_free_block());
+  return largest;
+}
+
+void Replayer::check_invariants() const {
+  for (const Pool& pool : pools_) pool.allocator->check_invariants();
+}
+
+// ---------------------------------------------------------------- start state and events
 
 // A policy without segments to rebuild gets the live blocks of the start
 // state as allocations, in address order, before the first event.
@@ -105,8 +211,9 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   const bool failed_on_gpu = op != ReplayOp::kAlloc;
   const size_t taken_before = device_->offers_taken();
   void* ptr = nullptr;
+  DeviceAllocator& into = *pools_[current_].allocator;
   try {
-    ptr = allocator_->allocate(size, stream);
+    ptr = into.allocate(size, stream);
   } catch (const OutOfMemory& e) {
     fidelity_.segments_followed += device_->offers_taken() - taken_before;
     settle_offers();
@@ -120,12 +227,14 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   }
   fidelity_.segments_followed += device_->offers_taken() - taken_before;
   settle_offers();
+  if (pools_.size() > 1) track_pool_peaks();
   if (failed_on_gpu) {
-    allocator_->deallocate(ptr);
+    into.deallocate(ptr);
     if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);
     return;
   }
   live_.emplace(id, ptr);
+  if (current_ != 0) pool_blocks_.emplace(ptr, &into);
   if (recorded == 0 || !follow_recording_) return;
   if (reinterpret_cast<uintptr_t>(ptr) == recorded) {
     ++fidelity_.placements_matched;
@@ -161,7 +270,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           ++skipped_;
           continue;
         }
-        allocator_->deallocate(it->second);
+        free_block(it->second);
         live_.erase(it);
         break;
       }
@@ -172,7 +281,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         break;
       case ReplayOp::kReleaseSegment:
         if (!follow_recording_ || !addrs || !native_) break;
-        ++(native_->release_cached_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
+        ++(release_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
         break;
       case ReplayOp::kSegmentAddress:
         if (follow_recording_ && addrs && addrs[i]) {
@@ -180,12 +289,26 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           offers_pending_ = true;
         }
         break;
+      case ReplayOp::kPool:
+        enter_pool(id, ReplayPoolId{sizes[i], addrs ? addrs[i] : 0});
+        break;
       default:
         bad_event("unknown operation code " + std::to_string(ops[i]));
     }
-    const DeviceStats& s = *stats_;  // kept pool by pool (increase_pool): the aggregate is their sum
-    sample(s.allocated_bytes[kSmallPool].current + s.allocated_bytes[kLargePool].current,
-           s.reserved_bytes[kSmallPool].current + s.reserved_bytes[kLargePool].current);
+    if (pools_.size() == 1) {
+      const DeviceStats& s = *stats_;  // kept pool by pool (increase_pool): the aggregate is their sum
+      sample(s.allocated_bytes[kSmallPool].current + s.allocated_bytes[kLargePool].current,
+             s.reserved_bytes[kSmallPool].current + s.reserved_bytes[kLargePool].current);
+    } else {
+      track_pool_peaks();
+      int64_t allocated = 0, reserved = 0;
+      for (const Pool& pool : pools_) {
+        const DeviceStats& s = pool.allocator->stats_ref();
+        allocated += s.allocated_bytes[kSmallPool].current + s.allocated_bytes[kLargePool].current;
+        reserved += s.reserved_bytes[kSmallPool].current + s.reserved_bytes[kLargePool].current;
+      }
+      sample(allocated, reserved);
+    }
   }
   return i;
 }

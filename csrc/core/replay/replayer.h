@@ -22,6 +22,19 @@
 //                   allocating (it caught the OOM): following the recording,
 //                   an OOM here is listed and the replay goes on; otherwise
 //                   as kFailedAlloc
+//   kPool           the allocations that follow go to private pool `id`
+//                   (0: the default pool) until the next kPool; `size` and
+//                   `addr` are the recording's pool id (PyTorch's MempoolId_t)
+// Note [Private pools in the replay]
+// As PyTorch's graph_pools: each private pool (a CUDA graph's, a
+// torch.cuda.MemPool's) is an allocator of its own under the same config
+// on the same device, so it keeps its own free blocks and segments; a
+// block is freed to the pool that made it, a recorded release goes to the
+// pool that holds the segment, and the statistics are the device's: the
+// pools' sums, with peaks of those sums (taken after every event). Under
+// the stitch policy, which has no pools, kPool is ignored. Not following
+// the recording, kEmptyCache empties the default pool only (a live graph
+// keeps its pool's cache, and the replay does not know which have died).
 // A replay that follows the recording (follow_recording) offers segment
 // addresses, compares placements and makes each recorded release, and
 // ignores kEmptyCache (its releases are in the trace). One that does not
@@ -51,6 +64,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/base/device_allocator.h"
@@ -68,7 +82,10 @@ enum class ReplayOp : uint8_t {
   kFailedAlloc = 4,
   kReleaseSegment = 5,
   kSurvivedFailedAlloc = 6,
+  kPool = 7,
 };
+
+using ReplayPoolId = std::pair<uint64_t, uint64_t>;
 
 struct ReplayOom {
   uint64_t index = 0;  // event index in the whole trace
@@ -128,6 +145,20 @@ class Replayer {
   RecordedSegments* native() { return native_; }
   SimDevice& device() { return *device_; }
 
+  // Private pools (Note [Private pools in the replay]): pool 0 is the
+  // default pool, allocator(); the others in the order the trace made them.
+  size_t pool_count() const { return pools_.size(); }
+  ReplayPoolId pool_id(size_t i) const { return pools_.at(i).id; }
+  DeviceAllocator& pool_allocator(size_t i) { return *pools_.at(i).allocator; }
+  // The device's statistics: every pool's summed, peaks of the sums.
+  DeviceStats stats() const;
+  // History for every pool (now and made later), and its entries in the
+  // order they happened across pools.
+  void enable_history(size_t max_entries);
+  std::vector<TraceEntry> history() const;
+  size_t largest_free_block() const;
+  void check_invariants() const;
+
  private:
   void sample(int64_t allocated, int64_t reserved);
   void allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op);
@@ -135,11 +166,27 @@ class Replayer {
   [[noreturn]] void bad_event(const std::string& what) const;
 
   void restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream, const std::vector<uint64_t>& ids);
+  void enter_pool(uint64_t index, ReplayPoolId id);
+  void free_block(void* ptr);
+  bool release_segment(uintptr_t addr);
+  void track_pool_peaks();
+
+  struct Pool {
+    ReplayPoolId id;
+    std::shared_ptr<DeviceAllocator> allocator;
+    RecordedSegments* native;  // the pool allocator's replay support
+  };
 
   std::unique_ptr<SimDevice> device_;
+  AllocatorConfig config_;
   std::shared_ptr<DeviceAllocator> allocator_;
   RecordedSegments* native_ = nullptr;
   const DeviceStats* stats_ = nullptr;  // the allocator's live statistics
+  std::vector<Pool> pools_;             // [0]: the default pool
+  size_t current_ = 0;                  // the pool allocations go to now
+  std::unordered_map<void*, DeviceAllocator*> pool_blocks_;  // live blocks of private pools
+  DeviceStats pool_peaks_;              // with private pools: peaks of the pools' sums
+  size_t history_entries_ = 0;
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm
   using LiveMap = std::unordered_map<uint64_t, void*, std::hash<uint64_t>, std::equal_to<uint64_t>,
                                      PoolAllocator<std::pair<const uint64_t, void*>>>;
