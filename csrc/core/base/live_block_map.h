@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/base/always_inline.h"
+
 namespace torchmem {
 
 struct Block;
@@ -28,15 +30,15 @@ class LiveBlockMap {
   bool empty() const { return size_ == 0; }
 
   // `addr` must not be in the map, and must not be 0.
-  void insert(uintptr_t addr, Block* block) {
-    if (4 * (size_ + 1) > 3 * slots_.size()) grow();
+  TORCHMEM_ALWAYS_INLINE void insert(uintptr_t addr, Block* block) {
+    if (size_ >= limit_) grow();
     place(addr, block);
     ++size_;
   }
 
   // The block at `addr`, or null.
   Block* find(uintptr_t addr) const {
-    const size_t mask = slots_.size() - 1;
+    const size_t mask = mask_;
     for (size_t i = index(addr); ; i = (i + 1) & mask) {
       const Slot& s = slots_[i];
       if (s.addr == addr) return s.block;
@@ -45,8 +47,8 @@ class LiveBlockMap {
   }
 
   // Removes the block at `addr` and returns it, or returns null.
-  Block* take(uintptr_t addr) {
-    const size_t mask = slots_.size() - 1;
+  TORCHMEM_ALWAYS_INLINE Block* take(uintptr_t addr) {
+    const size_t mask = mask_;
     size_t i = index(addr);
     while (slots_[i].addr != addr) {
       if (slots_[i].addr == 0) return nullptr;
@@ -74,11 +76,11 @@ class LiveBlockMap {
 
   // Blocks are at least 64-byte aligned: drop those bits, then mix.
   size_t index(uintptr_t addr) const {
-    return static_cast<size_t>(((addr >> 6) * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+    return static_cast<size_t>(((addr >> 6) * 0x9E3779B97F4A7C15ull) >> 32) & mask_;
   }
 
   void place(uintptr_t addr, Block* block) {
-    const size_t mask = slots_.size() - 1;
+    const size_t mask = mask_;
     size_t i = index(addr);
     while (slots_[i].addr != 0) i = (i + 1) & mask;
     slots_[i] = Slot{addr, block};
@@ -87,7 +89,7 @@ class LiveBlockMap {
   // Backward-shift deletion: moves later entries of the probe run into the
   // gap at `hole` when their home slot allows it.
   void close_gap(size_t hole) {
-    const size_t mask = slots_.size() - 1;
+    const size_t mask = mask_;
     for (size_t j = (hole + 1) & mask; slots_[j].addr != 0; j = (j + 1) & mask) {
       const size_t home = index(slots_[j].addr);
       const bool movable = ((j - home) & mask) >= ((j - hole) & mask);
@@ -102,12 +104,16 @@ class LiveBlockMap {
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    limit_ = slots_.size() / 4 * 3;
     for (const Slot& s : old) {
       if (s.addr != 0) place(s.addr, s.block);
     }
   }
 
   std::vector<Slot> slots_;
+  size_t mask_ = kInitialCapacity - 1;          // slots_.size() - 1
+  size_t limit_ = kInitialCapacity / 4 * 3;     // the size at which insert() grows the table first
   size_t size_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/base/alloc_config.h"
+#include "core/base/always_inline.h"
 #include "core/devices/device.h"
 #include "core/base/node_pool.h"
 #include "core/base/segment_info.h"
@@ -134,15 +135,20 @@ struct BlockPool {
   // erase(), the change, then insert(). The entry stays where it
   // is, with no tree change, when the new key keeps its place between its
   // neighbours in the order (the common split and merge).
-  void move(Block* block, uintptr_t addr, size_t size) {
+  TORCHMEM_ALWAYS_INLINE void move(Block* block, uintptr_t addr, size_t size) {
     const BlockKey key{block->stream, size, ranks_by_recency ? next_reuse_rank - 1 : block->reuse_rank,
                        addr};  // the rank insert() would give
     // Size comes before the rank and the address in the order: a smaller
     // block can only pass its lower neighbour, a larger one its upper one.
     const BlockBySize& less = blocks.key_comp();
     const auto pos = block->pool_pos;
-    const bool keeps_place = size < block->size ? pos == blocks.begin() || less(*std::prev(pos), key)
-                                                : blocks.rbegin()->block == block || less(key, *std::next(pos));
+    bool keeps_place;
+    if (size < block->size) {
+      keeps_place = pos == blocks.begin() || less(*std::prev(pos), key);
+    } else {
+      const auto after = std::next(pos);
+      keeps_place = after == blocks.end() || less(key, *after);
+    }
     block->addr = addr;
     block->size = size;
     if (!keeps_place) return reinsert(block);

@@ -115,7 +115,7 @@ inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Str
 }
 
 // The hot path (inline): a cached block. allocate_on_miss() does the rest.
-inline Block* CachingAllocator::allocate_locked(Request& r) {
+TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::allocate_locked(Request& r) {
   Block* block = r.pool ? find_free_block(r) : nullptr;
   return block ? block : allocate_on_miss(r);
 }
@@ -142,7 +142,7 @@ Block* CachingAllocator::allocate_on_miss(Request& r) {
   return allocate_segment(r, true) ? r.block : nullptr;
 }
 
-inline void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
+TORCHMEM_ALWAYS_INLINE void* CachingAllocator::hand_out(Request& r, Block* block, uint64_t context) {
   block = take_block(r, block);
   live_blocks_.insert(block->addr, block);
   history_.record(Action::kAlloc, block->addr, r.requested, r.stream, context);  // the requested size, as PyTorch
@@ -183,7 +183,7 @@ void CachingAllocator::throw_out_of_memory(size_t size, Stream stream) {
   throw_oom(r);
 }
 
-inline Block* CachingAllocator::find_free_block(Request& r) {
+TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::find_free_block(Request& r) {
   BlockPool& pool = *r.pool;
   if (fraction_set_ && config_.garbage_collection_threshold > 0.0) ++pool.get_free_blocks_call_count;
   auto it = pool.blocks.lower_bound(BlockKey{r.stream, r.size});
@@ -346,7 +346,7 @@ inline bool CachingAllocator::should_split(const Block* block, size_t size) cons
 // remainder when the rules allow. The block is still in r.pool's free set
 // when r.pooled (find_free_block): a split moves its entry to the remainder,
 // otherwise it is erased.
-inline Block* CachingAllocator::take_block(Request& r, Block* block) {
+TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::take_block(Request& r, Block* block) {
   const bool already_split = block->is_split() && !block->expandable;
   const bool is_small = r.pool->is_small;
   if (should_split(block, r.size)) {
@@ -439,7 +439,7 @@ bool CachingAllocator::try_deallocate(void* ptr) {
   return free_locked(ptr);
 }
 
-inline bool CachingAllocator::free_locked(void* ptr) {
+TORCHMEM_ALWAYS_INLINE bool CachingAllocator::free_locked(void* ptr) {
   Block* block = live_blocks_.take(reinterpret_cast<uintptr_t>(ptr));  // one probe on the hot path
   if (!block) return false;
   if (block->free_requested) {  // pending on other streams: complete_free() ends it
@@ -471,7 +471,7 @@ void CachingAllocator::complete_free(void* ptr) {
 }
 
 // As PyTorch's free(): the allocation ends here, the block stays active.
-inline void CachingAllocator::request_free_locked(Block* block) {
+TORCHMEM_ALWAYS_INLINE void CachingAllocator::request_free_locked(Block* block) {
   history_.record(Action::kFreeRequested, block->addr, block->requested_size, block->stream);
   block->free_requested = true;
   decrease_pool(stats_.allocation, block->pool->is_small, 1);
@@ -480,7 +480,7 @@ inline void CachingAllocator::request_free_locked(Block* block) {
 }
 
 // As PyTorch's free_block(): back to the cache. The block is already out of live_blocks_.
-inline void CachingAllocator::complete_free_locked(Block* block) {
+TORCHMEM_ALWAYS_INLINE void CachingAllocator::complete_free_locked(Block* block) {
   history_.record(Action::kFreeCompleted, block->addr, block->requested_size, block->stream);
   decrease_pool(stats_.requested_bytes, block->pool->is_small, static_cast<int64_t>(block->requested_size));
   block->allocated = false;
@@ -491,7 +491,7 @@ inline void CachingAllocator::complete_free_locked(Block* block) {
 // The freed block joins its free neighbours. A neighbour already cached
 // holds the merged range (BlockPool::move: usually no tree change), and the
 // freed block's own record goes.
-inline void CachingAllocator::free_block(Block* block) {
+TORCHMEM_ALWAYS_INLINE void CachingAllocator::free_block(Block* block) {
   const size_t original_size = block->size;
   BlockPool& pool = *block->pool;
   auto joins = [&](const Block* n) { return n && !n->allocated && n->mapped == block->mapped; };
