@@ -11,13 +11,12 @@ runtime calls torchmem made), it runs only on the fake GPU.
 import json
 import os
 import pickle
-import subprocess
-import sys
 import textwrap
 
 import torch
 
-from cuda_helpers import FAKE_GPU, MiB, ROOT, requires_gpu, run_json
+from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
+from subprocess_runner import ok, run_torchmem
 
 pytestmark = requires_gpu
 
@@ -65,10 +64,7 @@ def test_dumped_history_reads_back_in_torchmem_replay_and_memory_viz(tmp_path):
     actions = [e["action"] for e in snapshot["device_traces"][0]]
     assert {"segment_alloc", "alloc", "free_requested", "free_completed", "segment_free"} <= set(actions)
 
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", f"{r['total']}B",
-                           "--json", "--no-progress"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = ok(run_torchmem("replay", str(path), "--capacity", f"{r['total']}B", "--json", "--no-progress", timeout=120))
     replay = json.loads(proc.stdout)
     assert replay["exact"] and replay["completed"], replay["fidelity"]
     assert [replay["peak_allocated"], replay["peak_reserved"]] == r["peaks"]

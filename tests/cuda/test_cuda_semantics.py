@@ -12,12 +12,10 @@ are read on the host (real on the fake GPU too); what kernels compute (graph
 replays' outputs) is checked only on a real GPU (cuda_helpers.computed).
 """
 import json
-import os
 import pickle
-import subprocess
-import sys
 
-from cuda_helpers import MiB, ROOT, check_noted, computed, requires_gpu, run_noted, that
+from cuda_helpers import MiB, check_noted, computed, requires_gpu, run_noted, that
+from subprocess_runner import run_torchmem
 from torchmem import sim
 
 pytestmark = requires_gpu
@@ -342,10 +340,7 @@ def replay_problems(path, capacity: int, peaks: list | None = None, conf: str | 
     recorded address, the recorded peaks (allocated, reserved) when given, the
     final segments block by block. Empty when exact."""
     if conf is None:
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.run([sys.executable, "-m", "torchmem", "replay", str(path), "--capacity", f"{capacity}B",
-                               "--json", "--no-progress"], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                              env=env)
+        proc = run_torchmem("replay", str(path), "--capacity", f"{capacity}B", "--json", "--no-progress", timeout=300)
         if proc.returncode != 0:
             return [f"torchmem replay exited {proc.returncode}: {proc.stderr[-3000:]}"]
         result = json.loads(proc.stdout)

@@ -4,7 +4,6 @@ Each check runs PyTorch's own allocator (no torchmem install) in a fresh
 interpreter on a fake card and asserts what a GPU would show.
 """
 import ctypes
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 
 from torchmem import fakegpu
 from helpers import GiB, MiB, ROOT, run_code, run_json
+from subprocess_runner import run_args
 
 
 def exported(library: Path) -> set[str]:
@@ -188,10 +188,9 @@ def test_unimplemented_entry_point_logs_and_fails(tmp_path):
 
 
 def test_launcher_runs_a_command_and_passes_its_exit_status():
-    env = dict(os.environ, PYTHONPATH=ROOT)
     code = "import torch, sys; sys.exit(40 + torch.cuda.device_count())"
-    proc = subprocess.run([sys.executable, "-m", "torchmem.fakegpu", "--card", "16GiB", "--devices", "3", "--",
-                           sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    proc = run_args(["-m", "torchmem.fakegpu", "--card", "16GiB", "--devices", "3", "--", sys.executable, "-c", code],
+                    timeout=120)
     assert proc.returncode == 43, proc.stderr
 
 
@@ -201,17 +200,13 @@ def test_launcher_runs_a_command_and_passes_its_exit_status():
     ([], "give the command to run"),
 ])
 def test_launcher_bad_arguments_exit_2(args, message):
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "torchmem.fakegpu", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = run_args(["-m", "torchmem.fakegpu", *args], timeout=120)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_launcher_says_when_the_fake_gpu_is_not_built(tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT, TORCHMEM_FAKEGPU_LIBS=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "torchmem.fakegpu", "--", "true"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = run_args(["-m", "torchmem.fakegpu", "--", "true"], {"TORCHMEM_FAKEGPU_LIBS": str(tmp_path)}, 120)
     assert proc.returncode == 1
     assert "make fakegpu" in proc.stderr and "Traceback" not in proc.stderr
