@@ -35,6 +35,8 @@ NOT_RUN = {
         "needs a GPU: PyTorch's own CUDA history and _dump_snapshot (the README's block, with its import)",
     ("docs/arena_and_paged.md", "torchmem.install()                               # before CUDA initialises"):
         "needs a GPU: an arena on torchmem's CUDA caching allocator",
+    ("docs/cuda.md", "torchmem.install()                        # on a machine with CUDA"):
+        "needs a GPU: the device rule on CUDA (tests/cuda/test_cuda_install.py makes the same calls on the fake GPU)",
     ("docs/cuda.md", "with torchmem.planned(inputs=batch):      # device: the current GPU"):
         "needs a GPU: planned() on the current CUDA device (the README's planned block is the CPU form)",
     ("docs/preflight.md", "from torchmem import preflight"):
