@@ -73,3 +73,21 @@ def test_a_best_setting_that_reserves_more_says_why(tmp_path):
         assert "release its cache" in why and m.group(2) in why
     else:
         pytest.fail("expected this snapshot's best PyTorch setting to reserve more than the default on 80 GiB")
+
+
+def test_the_best_setting_is_one_pytorch_takes():
+    """A torch 2.13+ snapshot replays with reuse_order:segment (the replay's tie rule, not a PyTorch key):
+    the verdict's PYTORCH_CUDA_ALLOC_CONF leaves it out, and PyTorch's own parser takes the rest."""
+    from types import SimpleNamespace
+
+    from torchmem.cli.advise import verdict
+
+    def row(conf, need, recorded=False):
+        return SimpleNamespace(conf=conf, policy="native", min_capacity=need, recorded=recorded,
+                               capacity=80 * 2**30, peak_reserved=need, completes=need <= 80 * 2**30)
+
+    rows = [row("max_split_size_mb:64,reuse_order:segment", 70 * 2**30),
+            row("reuse_order:segment", 85 * 2**30, recorded=True)]
+    text = "\n".join(verdict(rows))
+    assert "Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 needs 70" in text, text
+    assert "reuse_order" not in text

@@ -80,6 +80,7 @@ COLUMNS = ("  needs: the least device memory with which the trace completes unde
 
 def verdict(rows: list) -> list[str]:
     """The lines under advise's table; they name the rows they compare, so they agree with the table."""
+    from torchmem.replay.advise import as_pytorch_setting
     from torchmem.replay.runner import fmt_size
 
     lines = []
@@ -95,7 +96,7 @@ def verdict(rows: list) -> list[str]:
     if best is not None and best.min_capacity is not None and best is not baseline and baseline is not None and (
             baseline.min_capacity is None or best.min_capacity < baseline.min_capacity):
         saved = "" if baseline.min_capacity is None else f", {fmt_size(baseline.min_capacity - best.min_capacity)} less than {what}"
-        lines.append(f"Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF={best.conf} needs {fmt_size(best.min_capacity)}{saved} "
+        lines.append(f"Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF={as_pytorch_setting(best.conf)} needs {fmt_size(best.min_capacity)}{saved} "
                      f"({base_need}).")
         if best.peak_reserved > baseline.peak_reserved:
             why = (" (max_split_size_mb: a cached block above the limit is not split for a smaller request)"

@@ -95,11 +95,6 @@ def format_report(report: "Report") -> str:
     return "\n".join(lines)
 
 
-def pytorch_conf(conf: str) -> str:
-    """A replayed setting as PYTORCH_CUDA_ALLOC_CONF takes it: without torchmem's reuse_order (the replay's tie rule)."""
-    return ",".join(item for item in conf.split(",") if item.strip() and not item.strip().startswith("reuse_order:"))
-
-
 def card_arg(memory: int) -> str:
     """A --card value for a size: 80GiB, 512MiB, or bytes."""
     for unit, shift in (("GiB", 30), ("MiB", 20)):
@@ -113,6 +108,8 @@ def next_step(report: "Report") -> str | None:
     import math
     import shlex
 
+    from torchmem.replay.advise import as_pytorch_setting
+
     if report.fits or not report.advice:
         return None
     command = shlex.join(report.command)
@@ -120,7 +117,7 @@ def next_step(report: "Report") -> str | None:
     native = [r for r in report.advice if r.policy == "native" and r.min_capacity is not None]
     fitting = [r for r in native if r.completes]
     if fitting:
-        conf = pytorch_conf(fitting[0].conf)
+        conf = as_pytorch_setting(fitting[0].conf)
         return f"Confirm it: torchmem preflight --card {card_arg(card.memory)} --conf '{conf}' -- {command}"
     if native:
         need = min(r.min_capacity for r in native)

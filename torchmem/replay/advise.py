@@ -47,6 +47,12 @@ STITCH = "policy:stitch"
 STITCH_KEEPS = ("per_process_memory_fraction", "garbage_collection_threshold")
 
 
+
+def as_pytorch_setting(conf: str) -> str:
+    """A replayed setting as PYTORCH_CUDA_ALLOC_CONF takes it: without reuse_order, the replay's own key for
+    the tie rule a snapshot's release implies (torch 2.13+ break ties by segment age by themselves)."""
+    return ",".join(item.strip() for item in conf.split(",") if item.strip() and not item.strip().startswith("reuse_order:"))
+
 @dataclass
 class Advice:
     """One setting's outcome."""
