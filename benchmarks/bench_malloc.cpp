@@ -51,8 +51,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/policy/native/caching_allocator.h"
 #include "core/devices/host_device.h"
+#include "core/policy/native/caching_allocator.h"
 
 using Clock = std::chrono::steady_clock;
 

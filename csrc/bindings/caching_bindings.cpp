@@ -5,12 +5,12 @@
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
 #include "core/base/alloc_config.h"
-#include "core/policy/native/caching_allocator.h"
 #include "core/base/device_allocator.h"
 #include "core/base/policy_registry.h"
-#include "core/policy/stitch/stitch_allocator.h"
 #include "core/devices/host_device.h"
 #include "core/devices/sim_device.h"
+#include "core/policy/native/caching_allocator.h"
+#include "core/policy/stitch/stitch_allocator.h"
 
 namespace py = pybind11;
 

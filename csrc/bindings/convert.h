@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/base/alloc_config.h"
-#include "core/policy/native/block.h"
 #include "core/base/history.h"
 #include "core/base/stats.h"
+#include "core/policy/native/block.h"
 #include "core/policy/stitch/stitch_allocator.h"
 
 namespace torchmem::bindings {

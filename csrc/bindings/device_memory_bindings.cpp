@@ -6,8 +6,8 @@
 
 #include "bindings/bindings.h"
 #include "bindings/convert.h"
-#include "core/policy/native/caching_allocator.h"
 #include "core/device_memory/device_memory.h"
+#include "core/policy/native/caching_allocator.h"
 
 namespace py = pybind11;
 

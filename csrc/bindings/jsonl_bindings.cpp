@@ -12,8 +12,8 @@
 #include <utility>
 
 #include "bindings/bindings.h"
-#include "core/traces/jsonl_reader.h"
 #include "core/replay/replayer.h"
+#include "core/traces/jsonl_reader.h"
 
 namespace py = pybind11;
 

@@ -35,9 +35,9 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/device_allocator.h"
-#include "core/sync/fork_safety.h"
-#include "core/devices/host_device.h"
 #include "core/base/oom_observers.h"
+#include "core/devices/host_device.h"
+#include "core/sync/fork_safety.h"
 
 namespace torchmem::glue {
 

@@ -65,10 +65,10 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/allocator.h"
-#include "core/policy/native/caching_allocator.h"
 #include "core/base/context_store.h"
-#include "core/device_memory/device_memory.h"
 #include "core/base/oom_observers.h"
+#include "core/device_memory/device_memory.h"
+#include "core/policy/native/caching_allocator.h"
 #include "cuda/cuda_device.h"
 
 // Version differences are handled without guessing release numbers where

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/base/alloc_config.h"
-#include "core/device_memory/device_memory.h"
 #include "core/base/out_of_memory.h"
+#include "core/device_memory/device_memory.h"
 #include "core/devices/sim_device.h"
 
 #include "driver_checks.h"

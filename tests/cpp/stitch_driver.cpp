@@ -28,9 +28,9 @@
 #include "core/base/device_allocator.h"
 #include "faulty_device.h"
 #include "core/devices/host_device.h"
-#include "core/replay/replayer.h"
 #include "core/devices/sim_device.h"
 #include "core/policy/stitch/stitch_allocator.h"
+#include "core/replay/replayer.h"
 
 #include "device_checks.h"
 #include "driver_checks.h"

@@ -14,9 +14,9 @@
 
 #include "core/allocators/aligned_allocator.h"
 #include "core/allocators/arena.h"
+#include "core/allocators/memory_resource.h"
 #include "core/allocators/paged_block_pool.h"
 #include "core/devices/host_device.h"
-#include "core/allocators/memory_resource.h"
 #include "core/devices/sim_device.h"
 
 using namespace torchmem;

@@ -97,9 +97,9 @@
 #include <vector>
 
 #include "core/base/allocator.h"
+#include "core/base/out_of_memory.h"
 #include "core/devices/device.h"
 #include "core/sync/fork_safety.h"
-#include "core/base/out_of_memory.h"
 
 namespace torchmem {
 

@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <memory_resource>
 
-#include "core/base/allocator.h"
 #include "core/allocators/arena.h"
+#include "core/base/allocator.h"
 
 namespace torchmem {
 

@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/sync/fork_safety.h"
 #include "core/base/out_of_memory.h"
+#include "core/sync/fork_safety.h"
 
 namespace torchmem {
 

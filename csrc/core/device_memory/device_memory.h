@@ -56,11 +56,11 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/device_allocator.h"
-#include "core/sync/fork_safety.h"
 #include "core/base/history.h"
-#include "core/device_memory/private_pools.h"
 #include "core/base/stats.h"
+#include "core/device_memory/private_pools.h"
 #include "core/device_memory/stream_uses.h"
+#include "core/sync/fork_safety.h"
 
 namespace torchmem {
 

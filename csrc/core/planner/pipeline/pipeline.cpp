@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "core/planner/pipeline/pipeline_unroll.h"
-#include "core/planner/search.h"
 #include "core/planner/pipeline/stage_cut.h"
+#include "core/planner/search.h"
 #include "core/planner/streams/validate_streams.h"
 
 namespace torchmem::planner {

@@ -18,9 +18,9 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/always_inline.h"
-#include "core/devices/device.h"
 #include "core/base/node_pool.h"
 #include "core/base/segment_info.h"
+#include "core/devices/device.h"
 
 namespace torchmem {
 
