@@ -19,6 +19,7 @@ import pytest
 
 from torchmem import sim
 from torchmem.fakegpu import oracle
+from torchmem.fakegpu.deviations import classify
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -83,7 +84,12 @@ def test_private_pool_allocations_replay_at_their_native_addresses(native, name)
     assert "error" not in report, report
     snap = load(path)
     assert private_segments(snap["segments"]), "the workload should leave private pools' segments"
-    assert oracle.compare(path, report, w) == []
+    problems = oracle.compare(path, report, w)
+    if any("pool_id" in e for e in snap["device_traces"][0]):  # torch 2.13+: every entry names its pool
+        assert problems == []
+    elif problems:  # torch 2.11: a pool that died before the end is not in the snapshot
+        deviation = classify(w, problems)
+        assert deviation is not None and deviation.name == "unrecorded-pool", problems
 
 
 @pytest.mark.parametrize("name", ["m[]", "g[expandable_segments:True]"])
@@ -93,14 +99,16 @@ def test_the_replay_keeps_each_segment_in_its_pool(native, name):
     result = sim.replay(str(path))
     assert result.exact, result.fidelity
     assert private_segments(result.segments) == private_segments(snap["segments"])
-    assert not any("private pools" in n for n in result.notes)  # recorded pool_id, or 2.11's inference (noted)
+    # torch 2.13+ record each entry's pool_id; 2.11's pools come from the final segments, which the notes say
+    recorded = any("pool_id" in e for e in snap["device_traces"][0])
+    assert any("private pool" in n and "final segment" in n for n in result.notes) != recorded, result.notes
 
 
 @pytest.mark.parametrize("name", ["m[]", "g[]"])
 def test_pools_inferred_from_the_final_segments_without_pool_id(native, name, tmp_path):
     """torch 2.11 writes no pool_id into trace entries: the final segments' segment_pool_id places them.
     A pool's allocations at addresses that a later pool's final segment covers go to that later pool,
-    which is exact here because the first pool was emptied and released before (MemPool's destructor).
+    which is exact here because the first pool was emptied and released before (MemPool's destructor)."""
     w, path, report = native[name]
     bare = tmp_path / "no-pool-id.pickle"
     without_pool_ids(path, bare)

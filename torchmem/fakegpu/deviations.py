@@ -29,6 +29,14 @@ def _conf_has(w: Workload, *keys: str) -> bool:
     return any(k in w.conf for k in keys)
 
 
+def _trace_records_pools() -> bool:
+    """torch 2.13 and later write each trace entry's pool_id (the oracle's native runs use this torch)."""
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    return (major, minor) >= (2, 13)
+
+
 @dataclass(frozen=True)
 class Deviation:
     name: str
@@ -37,6 +45,14 @@ class Deviation:
 
 
 DEVIATIONS: tuple[Deviation, ...] = (
+    Deviation(
+        "unrecorded-pool",
+        "torch 2.11 writes no pool_id into its trace entries, only the final segments' segment_pool_id: an "
+        "allocation in a CUDA graph's or MemPool's pool whose segments are gone by the end is replayed in the "
+        "default pool (or a later pool at its addresses), so it and what follows can land elsewhere. Snapshots of "
+        "torch 2.13 and later replay their pools exactly.",
+        lambda w, p: any(op[0] in ("g", "m") for op in w.ops) and not _trace_records_pools(),
+    ),
     Deviation(
         "retry-count",
         "num_alloc_retries: PyTorch counts a retry each time it releases its whole cache and allocates again "
