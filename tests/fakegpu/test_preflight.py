@@ -9,7 +9,7 @@ import sys
 from tests.fakegpu.helpers import GiB, ROOT
 from tests.fakegpu.preflight_workloads import allocate
 from torchmem import preflight
-from torchmem.preflight.report import pytorch_conf
+from torchmem.replay.advise import as_pytorch_setting
 
 EXAMPLE = [sys.executable, "examples/preflight_batch32.py", "--batch", "32"]
 
@@ -35,7 +35,7 @@ def test_the_example_runs_out_of_memory_at_batch_32_and_the_setting_advise_finds
     best = next(r for r in rows if r["policy"] == "native" and r["completes"])
     assert any("garbage" in w for w in report["warnings"])
 
-    second = preflight.run_command(EXAMPLE, "80GiB", conf=pytorch_conf(best["conf"]), out=tmp_path / "second",
+    second = preflight.run_command(EXAMPLE, "80GiB", conf=as_pytorch_setting(best["conf"]), out=tmp_path / "second",
                                    advise=False, capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert second.fits, second.captured[1][-3000:]
     [confirmed] = second.devices

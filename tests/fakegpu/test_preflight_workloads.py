@@ -44,9 +44,22 @@ def test_a_two_rank_ddp_job_under_torchrun_runs_with_gloo_and_each_rank_is_recor
 
     _, on_cpu = step("cpu", ddp=False)
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    report = preflight.run_command([torchrun, "--nproc-per-node", "2", "tests/fakegpu/ddp_preflight_job.py"], "24GiB",
-                                   devices=2, out=tmp_path, advise=False, capture_output=True,
-                                   env=dict(os.environ, PYTHONPATH=ROOT))
+
+    def run(out):
+        return preflight.run_command([torchrun, "--nproc-per-node", "2", "tests/fakegpu/ddp_preflight_job.py"],
+                                     "24GiB", devices=2, out=out, advise=False, capture_output=True,
+                                     env=dict(os.environ, PYTHONPATH=ROOT))
+
+    out = tmp_path / "run"
+    try:
+        report = run(out)
+    except preflight.PreflightError as exc:
+        # An open bug: once, in a fresh-clone run on a loaded machine, a rank aborted at interpreter exit
+        # (SIGABRT) after writing its snapshot. One retry; a second abort, or any other failure, fails.
+        if "SIGABRT" not in str(exc):
+            raise
+        out = tmp_path / "retry"
+        report = run(out)
     assert report.fits, report.captured[1][-3000:]
     ranks = sorted((json.loads(line) for line in report.captured[0].splitlines() if line.startswith('{"rank"')),
                    key=lambda r: r["rank"])
@@ -54,5 +67,5 @@ def test_a_two_rank_ddp_job_under_torchrun_runs_with_gloo_and_each_rank_is_recor
     # gradient_as_bucket_view: DDP's bucket holds the gradients, so the live bytes are the plain model's.
     assert all(r["live"] == r["allocated"] == on_cpu for r in ranks)
     assert [(d.process, d.device) for d in report.devices] == [("rank0", 0), ("rank1", 1)]
-    assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank0.pickle", "rank1.json", "rank1.pickle"]
+    assert sorted(os.listdir(out)) == ["rank0.json", "rank0.pickle", "rank1.json", "rank1.pickle"]
     assert any("ran with gloo" in w for w in report.warnings)
