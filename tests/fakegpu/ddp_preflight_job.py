@@ -1,8 +1,12 @@
 """A 2-rank DDP training step for preflight under torchrun (tests/fakegpu/test_preflight_workloads.py).
 
 Asks for NCCL, as a real job would; preflight runs it with gloo. Each rank
-prints one JSON line: its live tensors' bytes on the card and what PyTorch's
-allocator says is allocated beyond the warm-up's cuBLAS workspaces.
+writes RESULTS_DIR/rank<N>.json (its own file: the ranks share one stdout,
+where their lines can interleave): its live tensors' bytes on the card and
+what PyTorch's allocator says is allocated beyond the warm-up's cuBLAS
+workspaces.
+
+    torchrun --nproc-per-node 2 tests/fakegpu/ddp_preflight_job.py RESULTS_DIR
 """
 import json
 import os
@@ -35,8 +39,10 @@ def main() -> None:
     base = torch.cuda.memory_allocated(local)
     kept, live = step(device, ddp=True)
     torch.cuda.synchronize()
-    print(json.dumps({"rank": dist.get_rank(), "live": live, "allocated": torch.cuda.memory_allocated(local) - base,
-                      "backend": dist.get_backend()}), flush=True)
+    result = {"rank": dist.get_rank(), "live": live, "allocated": torch.cuda.memory_allocated(local) - base,
+              "backend": dist.get_backend()}
+    with open(os.path.join(sys.argv[1], f"rank{result['rank']}.json"), "w") as f:
+        json.dump(result, f)
     dist.destroy_process_group()
 
 
