@@ -114,7 +114,6 @@ DIVERGES = {
                                       "MiB, the replay 40 MiB at another address)",
     "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
                                        "does not release",
-    "conf-string[expandable_segments:True,large_segment_size_mb:64]": RANGE,
     "retry": "retry-count (torchmem/fakegpu/deviations.py): with no OOM recorded the replay does not know the card "
              "was full, so it counts no retry behind the recorded release; PyTorch counted one",
 }

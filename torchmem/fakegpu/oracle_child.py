@@ -111,6 +111,31 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
     return snapshot, report
 
 
+def release_kept_ranges(streams: list) -> None:
+    """Gives back the expandable ranges that failed requests reserved and nothing mapped.
+
+    PyTorch keeps such a range for the life of the process (only a release
+    that unmaps a range's last pages gives it back), and the next request of
+    its stream and pool maps there. Each workload here should start as in a
+    fresh process, and no range sized for one workload's card (9/8 of it)
+    should serve the next workload's card, which no GPU does: a request per
+    stream and pool maps the lowest kept range, and empty_cache() gives it
+    back, until one maps where the last did (a fresh range, given back too).
+    """
+    if "expandable_segments:True" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+        return
+    for stream in streams:
+        for size in (512, 2 << 20):  # the small pool, the large pool
+            seen: set[int] = set()
+            for _ in range(256):
+                with torch.cuda.stream(stream):
+                    addr = torch.empty(size, dtype=torch.uint8, device="cuda").data_ptr()
+                torch.cuda.empty_cache()
+                if addr in seen:
+                    break
+                seen.add(addr)
+
+
 def reset(streams: list, control: Control) -> None:
     for s in streams[1:]:
         control.hold(s, False)
@@ -118,6 +143,7 @@ def reset(streams: list, control: Control) -> None:
     torch.cuda.synchronize()
     torch.cuda.memory._record_memory_history(enabled=None)
     torch.cuda.empty_cache()
+    release_kept_ranges(streams)
     torch.cuda.set_per_process_memory_fraction(1.0)
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()

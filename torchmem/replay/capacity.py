@@ -9,9 +9,11 @@ ones: a range 9/8 of an 80 GiB default spans the next range recorded on a
 24 GiB card, which then lands elsewhere and every placement after differs.
 
 `expandable_capacity()` reads the lowest address mapped in each recorded
-range and gives the largest capacity whose ranges fit between them: on the
-usual layout, where the driver reserves the ranges one after the other,
-that is the card's memory to within a page.
+range and gives the largest capacity whose ranges fit between them, small
+ranges and large ones each bounded by the distance to the range after them:
+on the usual layout, where the driver reserves the ranges one after the
+other, that is the card's memory to within a page (exactly when both kinds
+of range are followed closely by another).
 """
 from __future__ import annotations
 
@@ -29,32 +31,37 @@ def range_size(capacity: int, page: int) -> int:
     return -(-reach // page) * page
 
 
-def largest_capacity_within(gap: int) -> int:
-    """The largest capacity (a multiple of 2 MiB) whose ranges of both pools are at most `gap` bytes."""
-    capacity = (gap * 8 // 9) // SMALL_PAGE * SMALL_PAGE
-    while capacity > 0 and max(range_size(capacity, SMALL_PAGE), range_size(capacity, LARGE_PAGE)) > gap:
+def largest_capacity_within(gap: int, small_gap: int | None = None) -> int:
+    """The largest capacity (a multiple of 2 MiB) whose large ranges are at most `gap` bytes and whose
+    small ranges are at most `small_gap` (default: `gap` too)."""
+    small_gap = gap if small_gap is None else small_gap
+    capacity = (min(gap, small_gap) * 8 // 9) // SMALL_PAGE * SMALL_PAGE + 20 * SMALL_PAGE
+    while capacity > 0 and (range_size(capacity, LARGE_PAGE) > gap or range_size(capacity, SMALL_PAGE) > small_gap):
         capacity -= SMALL_PAGE
     return capacity
 
 
-def expandable_capacity(mapped: Iterable[tuple[int, int, bool]], default: int) -> int | None:
+def expandable_capacity(ranges: Iterable[tuple[int, bool, int | None]], default: int) -> int | None:
     """A capacity for replaying expandable ranges at their recorded addresses, or None to keep `default`.
 
-    `mapped`: (stream, is_small, address) of every page run the recording
-    shows mapped (trace maps, final segments, the rebuilt start). None when
-    the ranges are fewer than two or `default`'s ranges already fit between them.
+    `ranges`: (base, is_small, next base) of each range the recording shows
+    (expandable_ranges.recorded_ranges: the next base is the lowest of the
+    ranges that lived above it at the same time, or None). Each range's size
+    is at most the distance to the next base, a small range's (2 MiB pages)
+    and a large one's (20 MiB pages) each their own bound: the capacity is
+    the largest under both. None when no range has one above it or
+    `default`'s ranges already fit.
     """
-    lowest: dict[tuple[int, bool], int] = {}
-    for stream, is_small, addr in mapped:
-        key = (stream, is_small)
-        lowest[key] = min(addr, lowest.get(key, addr))
-    bases = sorted(set(lowest.values()))
-    if len(bases) < 2:
+    gaps: dict[bool, int] = {}
+    for base, is_small, following in ranges:
+        if following is not None and following > base:
+            gaps[is_small] = min(following - base, gaps.get(is_small, following - base))
+    if not gaps:
         return None
-    gap = min(b - a for a, b in zip(bases, bases[1:]))
-    if max(range_size(default, SMALL_PAGE), range_size(default, LARGE_PAGE)) <= gap:
+    large_gap, small_gap = gaps.get(False, 1 << 62), gaps.get(True, 1 << 62)
+    if range_size(default, LARGE_PAGE) <= large_gap and range_size(default, SMALL_PAGE) <= small_gap:
         return None
-    capacity = largest_capacity_within(gap)
+    capacity = largest_capacity_within(large_gap, small_gap)
     return capacity or None
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from torchmem import _C
 from torchmem.replay.retries import recorded_retries
+from torchmem.replay.expandable_ranges import run_chunk
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
@@ -337,9 +338,14 @@ def replay(
                         f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 raise TraceError(f"{trace.name}: start state: {exc}") from None
     start = time.perf_counter()
+    windows = getattr(trace, "range_windows", None) if follow_recording else None
+    offers_not_missed = 0  # offers for ranges a failed request may reserve (replay/expandable_ranges.py)
     for chunk in trace.chunks():
         try:
-            replayer.run(chunk.ops, chunk.ids, chunk.sizes, chunk.streams, chunk.addrs)
+            if windows:
+                offers_not_missed += run_chunk(replayer, chunk, replayer.events, windows)
+            else:
+                replayer.run(chunk.ops, chunk.ids, chunk.sizes, chunk.streams, chunk.addrs)
         except ValueError as exc:
             raise TraceError(f"{trace.name}: {exc}") from None
         if progress:
@@ -354,6 +360,8 @@ def replay(
         stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known)
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
+    if fidelity is not None:
+        fidelity["segments_missed"] -= offers_not_missed
     survived = replayer.recorded_ooms
     if recorded is not None:
         for o in survived + ([oom] if oom is not None else []):

@@ -36,6 +36,7 @@ import numpy as np
 
 from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, limited_capacity
 from torchmem.replay.entries import int_field
+from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
@@ -458,13 +459,14 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             if limit is not None:
                 capacity, capacity_from = limit, "oom_limit"
     elif conf and "expandable_segments:True" in conf:
-        mapped = [(r.stream, r.is_small, r.base) for r in start.ranges]
-        mapped += [(stream, size % LARGE_PAGE != 0, addr) for action, addr, size, stream in b.maps if action == "segment_map"]
-        capacity = expandable_capacity(mapped, DEFAULT_CAPACITY)
+        ranges = recorded_ranges(b.maps, start, large_segment_size(conf))
+        capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
         if capacity is not None and capacity >= start.reserved + b.reserved_peak:
             capacity_from = "expandable"
         else:
             capacity = None
+    windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
+               if conf and "expandable_segments:True" in conf else [])  # Note [Expandable ranges in a snapshot]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from,
@@ -489,5 +491,6 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     trace = Trace(name, factory, total=len(cols.ops), notes=notes)
     trace.start = start
     trace.recorded = recorded
+    trace.range_windows = windows
     trace.skipped_lines, trace.first_skipped = b.bad, b.first_bad  # as traces.load_jsonl's
     return trace

@@ -181,13 +181,17 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
                 survivors[baddr] = (int_field(block, "size", bwhere), int_field(block, "requested_size", bwhere)
                                     if "requested_size" in block else 0)
     # Expandable segments: the pages mapped at the start are the final ones with the trace's maps
-    # undone backwards; each mapped run is rebuilt as a fixed segment.
+    # undone backwards. Each run's stream and pool are those of the first unmap that touches it (a
+    # range given back during the trace may serve another stream's range later, at the same
+    # addresses), else those of the final segment that still holds it.
     for action, addr, size, stream in reversed(b.maps):
         (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
-        pool_of.setdefault(addr, (stream, size % (20 << 20) != 0))
+    finals = sorted(pool_of)
     for start, end in final_mapped.runs():
-        owner = max((a for a in pool_of if a <= start), default=None)
-        stream, is_small = pool_of.get(owner, (0, (end - start) % (20 << 20) != 0))
+        first = next(((stream, size % (20 << 20) != 0) for action, addr, size, stream in b.maps
+                      if action == "segment_unmap" and addr < end and start < addr + size), None)
+        k = bisect.bisect_right(finals, start) - 1
+        stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % (20 << 20) != 0))
         start_segments[start] = [end - start, stream, is_small, True]
     for addr, id_ in live_at_end.items():
         b.bad_entry(len(b.cols.ops), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
@@ -220,22 +224,57 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
             id_ = b.new_id()
         seg.blocks.append((addr, size, requested))
         seg.ids.append(id_)
-    # Mapped runs of one stream and pool belong to one expandable range, which begins at the lowest
-    # address the recording ever mapped for them.
-    groups: dict[tuple[int, bool], StartRange] = {}
+    # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
+    # range, which begins at the lowest address the recording maps in it while it lives.
+    ranges: list[StartRange] = []
     for addr in expandable_runs:
         run = by_addr.pop(addr)
-        group = groups.setdefault((run.stream, run.is_small), StartRange(addr, run.stream, run.is_small))
+        if not ranges or (ranges[-1].stream, ranges[-1].is_small) != (run.stream, run.is_small):
+            ranges.append(StartRange(addr, run.stream, run.is_small))
+        group = ranges[-1]
         group.runs.append((run.addr, run.size))
         group.blocks += run.blocks
         group.ids += run.ids
-    for action, addr, size, stream in b.maps:
-        group = groups.get((stream, size % (20 << 20) != 0))
-        if action == "segment_map" and group is not None:
-            group.base = min(group.base, addr)
+    _lower_bases(ranges, b)
     state.segments = [by_addr[a] for a in order if a in by_addr]
-    state.ranges = list(groups.values())
+    state.ranges = ranges
     return state
+
+
+def _lower_bases(ranges: list[StartRange], b: _Builder) -> None:
+    """Lowers each start range's base to the lowest page the trace maps in it before giving it back.
+
+    A map below a live start range of its stream and pool, with no other
+    range's lowest page in between, is in that range (a range maps from its
+    base up, so its pages below the start's are the first ones the trace
+    maps there); a map that opens a range of its own counts as one too, and
+    a range whose last pages are unmapped is given back (its addresses may
+    serve another range later).
+    """
+    live = [[r.base, 0, (r.stream, r.is_small), r] for r in ranges]  # [lowest page, -, key, StartRange or None]
+    mapped = {id(x): sum(size for _, size in x[3].runs) for x in live}  # bytes mapped now
+    for action, addr, size, stream in b.maps:
+        below = [x for x in live if x[0] <= addr]
+        owner = max(below, key=lambda x: x[0]) if below else None
+        if action == "segment_unmap":
+            if owner is not None:
+                mapped[id(owner)] = mapped.get(id(owner), 0) - size
+                if mapped[id(owner)] <= 0:
+                    live.remove(owner)
+            continue
+        key = (stream, size % (20 << 20) != 0)
+        if owner is not None and owner[2] == key:
+            mapped[id(owner)] = mapped.get(id(owner), 0) + size
+            continue
+        above = [x for x in live if x[0] > addr]
+        nearest = min(above, key=lambda x: x[0]) if above else None
+        if nearest is not None and nearest[2] == key and isinstance(nearest[3], StartRange):
+            nearest[0] = nearest[3].base = addr  # the start range's pages below those mapped at the start
+            mapped[id(nearest)] = mapped.get(id(nearest), 0) + size
+            continue
+        fresh = [addr, 0, key, None]  # a range the trace opens
+        live.append(fresh)
+        mapped[id(fresh)] = size
 
 
 def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _Builder) -> list[int]:

@@ -1,0 +1,226 @@
+"""Where PyTorch's expandable segments reserved their address ranges, as a snapshot shows it.
+
+Note [Expandable ranges in a snapshot]
+With expandable_segments:True, PyTorch (2.11 and 2.14.1, checked on the
+fake GPU) reserves one address range per private pool, stream and pool
+kind (small or large) when no range it has can take a request
+(find_expandable_block): 9/8 of the card, rounded up to the page (2 MiB
+small, large_segment_size large). It maps pages from the lowest address a
+request fits at, and gives a range back only when a release leaves none of
+its pages mapped. A snapshot records no reservation, only the maps: the
+first map into a range is at its base. Two things follow for a replay:
+
+- A request that fails reserves a range too (each attempt that finds no
+  room: one before and one after the cache is released), and that range,
+  never mapped, is kept. A later request of the same stream and pool maps
+  its first pages there, at an address the replay cannot have reserved
+  then: the replay's range was reserved at the failure, before the trace
+  showed where. `failure_offers()` offers, just before each failed request,
+  the bases of the ranges of its stream and pool that the trace maps first
+  later, so that a range the replay reserves at the failure lands where
+  PyTorch's did. An offer the failure does not take is not a recorded
+  address missed: the runner takes such misses out of the fidelity
+  (`run_chunk()`).
+- A range that existed when recording began may be given back during the
+  trace and its addresses reused by another stream's range; the start state
+  groups the pages mapped then by the range that held them at that moment
+  (start_state.py).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from torchmem.replay.capacity import SMALL_PAGE, range_size
+
+if TYPE_CHECKING:
+    from torchmem.replay.snapshot_trace import _Builder
+    from torchmem.replay.start_state import StartState
+
+SMALL_REQUEST = 1 << 20  # requests up to 1 MiB use the small pool
+_SEGMENT_ADDRESS, _FAILED, _RELEASE, _SURVIVED, _POOL = 3, 4, 5, 6, 7
+_ALLOCATING = (0, _FAILED, _SURVIVED)  # ops that settle the device's offers (Replayer::allocate)
+
+
+@dataclass
+class _Range:
+    base: int
+    end: int
+    key: tuple[int, int, bool]  # (the replay's pool index, stream, is_small)
+    mapped: int                 # bytes mapped now
+
+
+def _find(ranges: list[_Range], addr: int) -> _Range | None:
+    for r in ranges:
+        if r.base <= addr < r.end:
+            return r
+    return None
+
+
+def _overlaps(ranges: list[_Range], base: int, end: int) -> bool:
+    return any(r.base < end and base < r.end for r in ranges)
+
+
+def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_page: int,
+                   ooms: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Offers the range bases a failed request may reserve (Note [Expandable ranges in a snapshot]).
+
+    Inserts SEGMENT_ADDRESS events (size 0: a range) into b's columns just
+    before each failed request, shifts the "index" of b.ooms and `ooms`
+    past them, and returns the windows (first offer, failed request) as
+    event positions, for run_chunk(). Nothing when the card's size is not
+    known (`capacity` None) or no request failed.
+    """
+    cols = b.cols
+    if capacity is None or not any(op in (_FAILED, _SURVIVED) for op in cols.ops):
+        return []
+    sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
+    live: list[_Range] = []
+    for r in start.ranges:
+        lo = min(a for a, _ in r.runs)
+        live.append(_Range(lo, lo + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
+    maps = iter(b.maps)
+    fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
+    failures: list[tuple[int, tuple[int, int, bool], list[_Range]]] = []  # (position, key, ranges live then)
+    pool = 0
+    for pos, op in enumerate(cols.ops):
+        if op == _POOL:
+            pool = cols.ids[pos]
+        elif op == _SEGMENT_ADDRESS and cols.sizes[pos] == 0:
+            action, addr, size, stream = next(maps, ("", 0, 0, 0))
+            if action != "segment_map" or addr != cols.addrs[pos]:
+                return []  # out of step with the trace (skipped bad entries): offer nothing
+            r = _find(live, addr)
+            if r is None:
+                key = (pool, stream, size < large_page)
+                r = _Range(addr, addr + sizes[key[2]], key, 0)
+                live.append(r)
+                fresh.setdefault(key, []).append((pos, addr))
+            r.mapped += size
+        elif op == _RELEASE:
+            r = _find(live, cols.addrs[pos])
+            if r is None:
+                continue  # a fixed segment's segment_free
+            action, addr, size, _ = next(maps, ("", 0, 0, 0))
+            if action != "segment_unmap" or addr != cols.addrs[pos]:
+                return []
+            r.mapped -= size
+            if r.mapped <= 0:  # none of its pages mapped: PyTorch gives the range back
+                live.remove(r)
+        elif op in (_FAILED, _SURVIVED):
+            key = (pool, cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
+            failures.append((pos, key, list(live)))
+    # A range the replay reserves where nothing was offered (one a failed request reserved and the
+    # trace never maps) takes fresh addresses above the floor: above every recorded range's end, so
+    # that it never stands where a recorded range is reserved later.
+    ends = [base + sizes[key[2]] for key, firsts in fresh.items() for _, base in firsts]
+    b.max_address = max([b.max_address, *ends, *(r.end for r in live)])
+    inserts: list[tuple[int, list[tuple[int, int]]]] = []  # (position, [(base, stream)])
+    for pos, key, live_then in failures:
+        if _offer_pending(cols.ops, cols.sizes, pos):
+            continue  # a recorded map waits for this request: its address is the one to take
+        later = [base for first, base in fresh.get(key, []) if first > pos]
+        offers = [base for base in later if not _overlaps(live_then, base, base + sizes[key[2]])][:3]
+        if offers:
+            inserts.append((pos, [(base, key[1]) for base in offers]))
+    windows = []
+    shift = 0
+    for pos, offers in inserts:
+        at = pos + shift
+        for k, (base, stream) in enumerate(offers):
+            cols.insert(at + k, _SEGMENT_ADDRESS)
+            cols.addrs[at + k], cols.streams[at + k] = base, stream
+        windows.append((at, at + len(offers)))
+        shift += len(offers)
+    for entries in (b.ooms, ooms):
+        for o in entries:
+            o["index"] += sum(len(offers) for pos, offers in inserts if pos <= o["index"])
+    return windows
+
+
+def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
+    """Whether a recorded range address is offered after the last request before `pos`."""
+    for k in range(pos - 1, -1, -1):
+        if ops[k] in _ALLOCATING:
+            return False
+        if ops[k] == _SEGMENT_ADDRESS:
+            return True
+    return False
+
+
+def run_chunk(replayer: Any, chunk: Any, offset: int, windows: list[tuple[int, int]]) -> int:
+    """Runs one chunk of events starting at event `offset`; returns the offers missed inside `windows`.
+
+    Each window holds offers of failure_offers() and the failed request
+    after them, and no other request: the offers it settles as missed are
+    those, which the fidelity must not count as recorded addresses missed.
+    """
+    n = len(chunk.ops)
+    cuts = {0, n}
+    for lo, hi in windows:
+        cuts.update(c for c in (lo - offset, hi + 1 - offset) if 0 < c < n)
+    cuts = sorted(cuts)
+    missed = 0
+    for lo, hi in zip(cuts, cuts[1:]):
+        inside = any(w_lo <= offset + lo and offset + hi - 1 <= w_hi for w_lo, w_hi in windows)
+        before = replayer.fidelity["segments_missed"] if inside else 0
+        replayer.run(chunk.ops[lo:hi], chunk.ids[lo:hi], chunk.sizes[lo:hi], chunk.streams[lo:hi],
+                     chunk.addrs[lo:hi])
+        if inside:
+            missed += replayer.fidelity["segments_missed"] - before
+        if replayer.stopped:
+            break
+    return missed
+
+
+def windows_in(windows: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The windows that meet events [lo, hi)."""
+    k = bisect.bisect_left([w[1] for w in windows], lo)
+    out = []
+    while k < len(windows) and windows[k][0] < hi:
+        out.append(windows[k])
+        k += 1
+    return out
+
+
+def recorded_ranges(maps: list[tuple[str, int, int, int]], start: StartState,
+                    large_page: int) -> list[tuple[int, bool, int | None]]:
+    """Each expandable range the recording shows, without the card's size: (base, is_small, next base).
+
+    `next base` is the lowest base of a range that lived at the same time
+    above it (None when no such range was seen), which bounds the range's
+    size (capacity.expandable_capacity). A map belongs to the live range
+    nearest below it when that range is of its stream and pool kind, else it
+    opens a range there (ranges map from their lowest page up); an unmap to
+    the live range nearest below it. A range whose last pages are unmapped is
+    given back, and its addresses may serve another range later.
+    """
+    live: list[list] = []  # [base, (stream, is_small), mapped bytes, index into out]
+    out: list[list] = []   # [base, is_small, next base]
+
+    def open_range(base: int, key: tuple[int, bool], mapped: int) -> None:
+        below = [r for r in live if r[0] < base]
+        above = [r[0] for r in live if r[0] > base]
+        out.append([base, key[1], min(above, default=None)])
+        if below:
+            lower = out[max(below, key=lambda r: r[0])[3]]
+            lower[2] = base if lower[2] is None else min(lower[2], base)
+        live.append([base, key, mapped, len(out) - 1])
+
+    for r in sorted(start.ranges, key=lambda r: min(a for a, _ in r.runs)):
+        open_range(min(a for a, _ in r.runs), (r.stream, r.is_small), sum(s for _, s in r.runs))
+    for action, addr, size, stream in maps:
+        below = [r for r in live if r[0] <= addr]
+        owner = max(below, key=lambda r: r[0]) if below else None
+        if action == "segment_map":
+            key = (stream, size < large_page)
+            if owner is None or owner[1] != key:
+                open_range(addr, key, size)
+            else:
+                owner[2] += size
+        elif owner is not None:
+            owner[2] -= size
+            if owner[2] <= 0:
+                live.remove(owner)
+    return [(base, small, nxt) for base, small, nxt in out]
