@@ -157,6 +157,37 @@ def test_pytorch_snapshot_pickle(tmp_path):
     assert r.peak_allocated == 6 * MiB  # the start block was freed before the others were allocated
 
 
+
+def test_a_free_requested_long_before_its_completion_ends_the_allocation(tmp_path):
+    """As PyTorch's free() of a block used on another stream (record_stream): allocated at the free_requested,
+    active until the free_completed, and reusable only then. Native counterpart, recorded by PyTorch's own
+    allocator with record_stream: tests/fakegpu/test_replay_record_stream.py."""
+    a, b = 1 << 30, (1 << 30) + 64 * MiB
+    size = 12 * MiB  # its own segment
+
+    def e(action, addr, stream=0):
+        return {"action": action, "addr": addr, "size": size, "stream": stream, "time_us": 0, "frames": []}
+
+    entries = [e("segment_alloc", a), e("alloc", a), e("free_requested", a),  # its stream's work is not done
+               e("segment_alloc", b), e("alloc", b),                           # so this cannot take its block
+               e("free_completed", a), e("free_requested", b), e("free_completed", b),
+               e("alloc", a)]
+    segments = [{"address": addr, "total_size": size, "stream": 0, "segment_type": "large",
+                 "blocks": [{"address": addr, "size": size, "state": state}]}
+                for addr, state in ((a, "active_allocated"), (b, "inactive"))]
+    path = tmp_path / "snap.pickle"
+    path.write_bytes(pickle.dumps(native_snapshot(entries, segments)))
+    ops = np.concatenate([c.ops for c in load_trace(str(path)).chunks()]).tolist()
+    # segment, alloc, the request alone, segment, alloc, its completion, a request completed at once, alloc
+    assert ops == [3, 0, 8, 3, 0, 1, 1, 0]
+    r = sim.replay(str(path))
+    assert r.completed and r.exact
+    assert r.peak_allocated == size and r.stats["active_bytes"]["all"]["peak"] == 2 * size
+    # A release that writes no free_completed frees at the request.
+    old = native_snapshot([x for x in entries if x["action"] != "free_completed"], segments)
+    path.write_bytes(pickle.dumps(old))
+    assert 8 not in np.concatenate([c.ops for c in load_trace(str(path)).chunks()]).tolist()
+
 @pytest.mark.parametrize(
     "payload, fragment",
     [

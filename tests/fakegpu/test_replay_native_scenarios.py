@@ -107,9 +107,6 @@ AGED = ("caught", "caught-mid", "empty_cache")
 DIVERGES = {
     "fraction": "fraction-limit (torchmem/fakegpu/deviations.py): the replay does not know the memory fraction's "
                 "limit, and grants a request that PyTorch refused under it",
-    "record_stream": "allocated_bytes.all.peak: PyTorch stops counting a block as allocated when its free is "
-                     "requested (free(), before the record_stream events complete); the replay counts it until "
-                     "free_completed, so its peak is higher",
     "expandable-mid[8][300]": RANGE + "; an empty_cache() recorded after the start unmaps other pages (native 20 "
                                       "MiB, the replay 40 MiB at another address)",
     "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
@@ -270,7 +267,7 @@ def test_frees_take_effect_at_free_completed(native, tmp_path):
             late += any(x["action"] == "alloc" for x in trace[requested.pop(e["addr"]):i])
     assert late >= 20  # the scenario is real: allocations come between a free's request and its completion
     result = sim.replay(str(path))
-    assert result.exact  # every placement (its statistics: see DIVERGES)
+    assert result.exact  # every placement; its statistics: test_native_scenario_replays_exactly[record_stream]
     # Freeing at free_requested instead reuses blocks too early, and the replay lands elsewhere.
     early = copy.deepcopy(snap)
     early["device_traces"][0] = [e for e in trace if e["action"] != "free_completed"]

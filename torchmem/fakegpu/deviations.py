@@ -62,15 +62,6 @@ DEVIATIONS: tuple[Deviation, ...] = (
         lambda w, p: _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
-        "record-stream-allocated-peak",
-        "allocated_bytes.all.peak with record_stream: PyTorch stops counting a block freed while it is used "
-        "on another stream at the free (free_requested); the replay frees it at free_completed, when the "
-        "stream's work is done, and counts it until then.",
-        lambda w, p: any(op[0] == "u" for op in w.ops)
-        and _only_stats(p, {"num_alloc_retries", "allocated_bytes.all.peak"})
-        and any("allocated_bytes.all.peak" in x for x in p),
-    ),
-    Deviation(
         "fraction-limit",
         "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction), with or without "
         "garbage_collection_threshold: the replay does not know the fraction's limit unless an out-of-memory "

@@ -24,7 +24,9 @@ happened on the GPU:
   no recorded pool there and is replayed in the default pool.
 
 Frees take effect at ``free_completed`` (``free_requested`` when a trace has
-no ``free_completed``), as blocks become reusable only then.
+no ``free_completed``), as blocks become reusable only then; a
+``free_requested`` whose ``free_completed`` comes later (``record_stream``)
+ends the allocation there, as PyTorch counts it (_Builder.request_free).
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
 
 # Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
-EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL = 2, 3, 4, 5, 6, 7
+EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL, FREE_REQUESTED = 2, 3, 4, 5, 6, 7, 8
 DEFAULT_POOL = (0, 0)
 
 
@@ -191,6 +193,34 @@ class _Where:
         return format(str(self), spec)
 
 
+def _free_action(entries: list, segments: Any) -> str:
+    """The action that frees a block in a trace with no free_completed entry.
+
+    free_requested, where the release writes no free_completed; but a trace
+    whose every requested free is still pending when the snapshot was taken
+    (record_stream, the stream's work not done: each such block
+    active_pending_free in the final segments, none allocated again) has
+    none either, and its blocks are freed at their free_completed.
+    """
+    requested = set()
+    for e in entries:
+        if isinstance(e, dict) and e.get("action") == "free_requested":
+            requested.add(e.get("addr"))
+        elif isinstance(e, dict) and e.get("action") == "alloc" and e.get("addr") in requested:
+            return "free_requested"
+    pending = {b.get("address") for seg in (segments if isinstance(segments, list) else []) if isinstance(seg, dict)
+               for b in (seg.get("blocks") if isinstance(seg.get("blocks"), list) else [])
+               if isinstance(b, dict) and b.get("state") == "active_pending_free"}
+    return "free_completed" if requested and requested <= pending else "free_requested"
+
+
+def _replays_two_step_frees() -> bool:
+    """Whether the loaded extension knows FREE_REQUESTED; one built before it frees at free_completed alone."""
+    from torchmem import _C
+
+    return getattr(_C, "replay_op_count", 0) > FREE_REQUESTED
+
+
 def _pool_id(value: Any) -> tuple[int, int] | None:
     """A recorded pool id ((0, 0) is the default pool), or None if it is not a pair of ints."""
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(
@@ -236,6 +266,8 @@ class _Builder:
         self.pools_inferred = 0                   # allocations placed in a pool by their final segment
         self.next_id = 0
         self.live: dict[int, int] = {}            # addr -> id, blocks live now
+        self.requested: set[int] = set()          # addresses of live blocks whose free is requested, not completed
+        self.two_step_frees = _replays_two_step_frees()
         self.seen: set[int] = set()               # addresses with an alloc or free so far
         self.freed_at_start: dict[int, tuple[int, int, int]] = {}  # addr -> (id, requested, entry index)
         self.segments: dict[int, tuple[int, int]] = {}             # addr -> (size, entry index), made in the trace, live
@@ -288,6 +320,26 @@ class _Builder:
             self.pool = index
             key = pool or DEFAULT_POOL
             self.cols.add(POOL, index, key[0], 0, key[1])
+
+    def request_free(self, entry: dict, where: "_Where") -> None:
+        """A free_requested whose free_completed is to come: a FREE_REQUESTED event.
+
+        PyTorch's free() ends the allocation at the request (allocation,
+        allocated_bytes and oversize_allocations drop) and its free_block()
+        at free_completed, when the streams that used the block (record_stream)
+        are done with it (active, active_bytes and requested_bytes drop; the
+        block is cached). Most requests complete at once: the free_completed
+        that follows directly turns the event into a FREE. A block allocated
+        before recording began is left to its free_completed (the start state).
+        """
+        addr = int_field(entry, "addr", where)
+        id_ = self.live.get(addr)
+        if id_ is None:
+            return
+        if addr in self.requested:
+            raise TraceError(f"{where}: free_requested of 0x{addr:x}, whose free is already requested")
+        self.requested.add(addr)
+        self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -346,6 +398,8 @@ class _Builder:
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
         where = _Where(self, i)  # written out only in an error: a million f-strings cost half a second
         if action == "snapshot" or (action.startswith("free") and action != free_action):
+            if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
+                self.request_free(entry, where)
             return
         size = int_field(entry, "size", where)
         stream = int_field(entry, "stream", where) if "stream" in entry else 0
@@ -377,6 +431,11 @@ class _Builder:
             self.cols.add(ALLOC, id_, size, stream, addr)
         elif action == free_action:
             id_ = self.live.pop(addr, None)
+            if id_ is not None and addr in self.requested:
+                self.requested.discard(addr)
+                if self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:  # completed at once
+                    self.cols.ops[-1], self.cols.entries[-1] = FREE, i
+                    return
             if id_ is None:
                 if addr in self.seen:
                     raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")
@@ -436,7 +495,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     if not isinstance(entries, list):
         raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
     actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
-    free_action = "free_completed" if "free_completed" in actions else "free_requested"
+    free_action = "free_completed" if "free_completed" in actions else _free_action(entries, snapshot.get("segments"))
 
     b = _Builder(name, device, skip_bad_events, snapshot.get("segments"))
     for i, entry in enumerate(entries):

@@ -35,16 +35,33 @@ void Replayer::enter_pool(uint64_t index, ReplayPoolId id) {
   current_ = index;
 }
 
-void Replayer::free_block(void* ptr) {
+DeviceAllocator& Replayer::owner_of(void* ptr) {
   if (!pool_blocks_.empty()) {
     auto it = pool_blocks_.find(ptr);
-    if (it != pool_blocks_.end()) {
-      DeviceAllocator* owner = it->second;
-      pool_blocks_.erase(it);
-      return owner->deallocate(ptr);
-    }
+    if (it != pool_blocks_.end()) return *it->second;
   }
-  allocator_->deallocate(ptr);
+  return *allocator_;
+}
+
+void Replayer::free_block(void* ptr, bool requested) {
+  DeviceAllocator& owner = owner_of(ptr);
+  if (&owner != allocator_.get()) pool_blocks_.erase(ptr);
+  if (requested) return owner.complete_free(ptr);
+  owner.deallocate(ptr);
+}
+
+void Replayer::request_free(uint64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end() || requested_.count(id)) {
+    if (!skip_bad_events_) {
+      bad_event("free_requested of id " + std::to_string(id) +
+                (it == live_.end() ? ", which is not live (never allocated, or freed twice)" : ", whose free is already requested"));
+    }
+    ++skipped_;
+    return;
+  }
+  owner_of(it->second).request_free(it->second);
+  requested_.insert(id);
 }
 
 bool Replayer::release_segment(uintptr_t addr) {
@@ -270,10 +287,13 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           ++skipped_;
           continue;
         }
-        free_block(it->second);
+        free_block(it->second, !requested_.empty() && requested_.erase(id));
         live_.erase(it);
         break;
       }
+      case ReplayOp::kFreeRequested:
+        request_free(id);
+        break;
       case ReplayOp::kEmptyCache:
         if (follow_recording_) break;
         allocator_->empty_cache();

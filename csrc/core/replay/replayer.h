@@ -25,6 +25,14 @@
 //   kPool           the allocations that follow go to private pool `id`
 //                   (0: the default pool) until the next kPool; `size` and
 //                   `addr` are the recording's pool id (PyTorch's MempoolId_t)
+//   kFreeRequested  the program freed `id` while its block was still used on
+//                   other streams (record_stream; the recording's
+//                   free_requested with its free_completed later): the
+//                   allocation ends here (DeviceAllocator::request_free:
+//                   allocated statistics drop) and the block stays active and
+//                   out of the cache until the kFree of `id` (free_completed:
+//                   complete_free). A policy without a two-step free frees it
+//                   at the kFree (DeviceAllocator's defaults)
 // Note [Private pools in the replay]
 // As PyTorch's graph_pools: each private pool (a CUDA graph's, a
 // torch.cuda.MemPool's) is an allocator of its own under the same config
@@ -52,7 +60,8 @@
 //   nothing. Returns the number of events consumed from this chunk.
 //   Exception: a replay that follows the recording goes on after an OOM at
 //   a kSurvivedFailedAlloc, listing it in recorded_ooms().
-// - A free of an unknown id, or an alloc of a live id, throws
+// - A free of an unknown id, or an alloc of a live id (one whose free is
+//   requested included), or a second kFreeRequested of an id, throws
 //   std::invalid_argument naming the event index, unless skip_bad_events is
 //   set, in which case the event is skipped and counted.
 // - The timeline holds one point per `sample_every` events: the largest
@@ -64,6 +73,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -83,6 +93,7 @@ enum class ReplayOp : uint8_t {
   kReleaseSegment = 5,
   kSurvivedFailedAlloc = 6,
   kPool = 7,
+  kFreeRequested = 8,
 };
 
 using ReplayPoolId = std::pair<uint64_t, uint64_t>;
@@ -167,7 +178,9 @@ class Replayer {
 
   void restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream, const std::vector<uint64_t>& ids);
   void enter_pool(uint64_t index, ReplayPoolId id);
-  void free_block(void* ptr);
+  DeviceAllocator& owner_of(void* ptr);  // the pool allocator that made the live block at ptr
+  void free_block(void* ptr, bool requested);
+  void request_free(uint64_t id);
   bool release_segment(uintptr_t addr);
   void track_pool_peaks();
 
@@ -185,6 +198,7 @@ class Replayer {
   std::vector<Pool> pools_;             // [0]: the default pool
   size_t current_ = 0;                  // the pool allocations go to now
   std::unordered_map<void*, DeviceAllocator*> pool_blocks_;  // live blocks of private pools
+  std::unordered_set<uint64_t> requested_;  // live ids whose free is requested (kFreeRequested)
   DeviceStats pool_peaks_;              // with private pools: peaks of the pools' sums
   size_t history_entries_ = 0;
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm

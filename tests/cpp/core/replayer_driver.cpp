@@ -152,12 +152,63 @@ void test_replayer_follows_recording() {
   INVARIANTS(r.allocator());
 }
 
+// kFreeRequested (a record_stream free): the allocation ends at the request,
+// the block stays active and is not reused until the kFree completes it.
+void test_replayer_free_requested() {
+  Replayer r(1 * GiB, 0, AllocatorConfig{}, 1, false);
+  auto run = [&](ReplayOp op, uint64_t id, uint64_t size = 0) {
+    const uint8_t o = static_cast<uint8_t>(op);
+    const uint64_t stream = 0;
+    return r.run(&o, &id, &size, &stream, nullptr, 1);
+  };
+  run(ReplayOp::kAlloc, 1, 30 * MiB);
+  run(ReplayOp::kFreeRequested, 1);
+  DeviceStats s = r.stats();
+  CHECK(s.allocated_bytes[kAggregate].current == 0 && s.allocation[kAggregate].current == 0);
+  CHECK(s.active_bytes[kAggregate].current == static_cast<int64_t>(30 * MiB) && s.active[kAggregate].current == 1);
+  CHECK(s.requested_bytes[kAggregate].current == static_cast<int64_t>(30 * MiB));
+  run(ReplayOp::kAlloc, 2, 30 * MiB);  // the pending block is not free yet: a second segment
+  CHECK(r.allocator().segments().size() == 2);
+  run(ReplayOp::kFree, 1);  // free_completed: cached now
+  s = r.stats();
+  CHECK(s.active_bytes[kAggregate].current == static_cast<int64_t>(30 * MiB) && s.active[kAggregate].current == 1);
+  run(ReplayOp::kAlloc, 3, 30 * MiB);  // takes the completed block
+  s = r.stats();
+  CHECK(r.allocator().segments().size() == 2 && s.reserved_bytes[kAggregate].current == static_cast<int64_t>(60 * MiB));
+  CHECK(s.allocated_bytes[kAggregate].peak == static_cast<int64_t>(60 * MiB));  // never 1, 2 and 3 at once
+  INVARIANTS(r.allocator());
+  // Bad events name themselves; with skip_bad_events they are counted.
+  std::string message;
+  run(ReplayOp::kFreeRequested, 2);
+  CHECK(expect_throw<std::invalid_argument>([&] { run(ReplayOp::kFreeRequested, 2); }, &message).empty());
+  CHECK_MSG(contains(message, "free_requested of id 2") && contains(message, "already requested"), message);
+  CHECK(expect_throw<std::invalid_argument>([&] { run(ReplayOp::kAlloc, 2, 4096); }, &message).empty());
+  CHECK_MSG(contains(message, "already live"), message);
+  CHECK(expect_throw<std::invalid_argument>([&] { run(ReplayOp::kFreeRequested, 9); }, &message).empty());
+  CHECK_MSG(contains(message, "free_requested of id 9") && contains(message, "not live"), message);
+  run(ReplayOp::kFree, 2);
+  INVARIANTS(r.allocator());
+  Replayer skipping(1 * GiB, 0, AllocatorConfig{}, 1, true);
+  const uint8_t ops[] = {0, 8, 8, 8, 1};
+  const uint64_t ids[] = {1, 1, 1, 7, 1}, sizes[] = {4096, 0, 0, 0, 0}, streams[] = {0, 0, 0, 0, 0};
+  CHECK(skipping.run(ops, ids, sizes, streams, nullptr, 5) == 5 && skipping.skipped() == 2);
+  CHECK(skipping.stats().active_bytes[kAggregate].current == 0);
+  // A policy without a two-step free (stitch) frees the block at the kFree.
+  Replayer stitch(1 * GiB, 0, AllocatorConfig::parse("policy:stitch"), 1, false);
+  CHECK(stitch.run(ops, ids, sizes, streams, nullptr, 2) == 2);
+  CHECK(stitch.stats().allocated_bytes[kAggregate].current > 0);
+  CHECK(stitch.run(ops + 4, ids + 4, sizes + 4, streams + 4, nullptr, 1) == 1);
+  CHECK(stitch.stats().allocated_bytes[kAggregate].current == 0);
+  INVARIANTS(stitch.allocator());
+}
+
 }  // namespace
 
 std::vector<Test> replayer_tests() {
   return {
       {"replayer", test_replayer},
       {"replayer_follows_recording", test_replayer_follows_recording},
+      {"replayer_free_requested", test_replayer_free_requested},
   };
 }
 
