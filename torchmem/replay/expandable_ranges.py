@@ -80,36 +80,30 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
     for r in start.ranges:
         lo = min(a for a, _ in r.runs)
         live.append(_Range(lo, lo + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
-    maps = iter(b.maps)
+    events = _events(b)
+    if events is None:
+        return []  # out of step with the trace (skipped bad entries): offer nothing
     fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
     failures: list[tuple[int, tuple[int, int, bool], list[_Range]]] = []  # (position, key, ranges live then)
-    pool = 0
+    pools = _request_pools(cols.ops, cols.ids)
+    at = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events}
     for pos, op in enumerate(cols.ops):
-        if op == _POOL:
-            pool = cols.ids[pos]
-        elif op == _SEGMENT_ADDRESS and cols.sizes[pos] == 0:
-            action, addr, size, stream = next(maps, ("", 0, 0, 0))
-            if action != "segment_map" or addr != cols.addrs[pos]:
-                return []  # out of step with the trace (skipped bad entries): offer nothing
+        if pos in at:
+            action, addr, size, stream, pool = at[pos]
             r = _find(live, addr)
-            if r is None:
-                key = (pool, stream, size < large_page)
-                r = _Range(addr, addr + sizes[key[2]], key, 0)
-                live.append(r)
-                fresh.setdefault(key, []).append((pos, addr))
-            r.mapped += size
-        elif op == _RELEASE:
-            r = _find(live, cols.addrs[pos])
-            if r is None:
-                continue  # a fixed segment's segment_free
-            action, addr, size, _ = next(maps, ("", 0, 0, 0))
-            if action != "segment_unmap" or addr != cols.addrs[pos]:
-                return []
-            r.mapped -= size
-            if r.mapped <= 0:  # none of its pages mapped: PyTorch gives the range back
-                live.remove(r)
+            if action == "segment_map":
+                if r is None:
+                    key = (pool, stream, size < large_page)
+                    r = _Range(addr, addr + sizes[key[2]], key, 0)
+                    live.append(r)
+                    fresh.setdefault(key, []).append((pos, addr))
+                r.mapped += size
+            elif r is not None:
+                r.mapped -= size
+                if r.mapped <= 0:  # none of its pages mapped: PyTorch gives the range back
+                    live.remove(r)
         elif op in (_FAILED, _SURVIVED):
-            key = (pool, cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
+            key = (pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
             failures.append((pos, key, list(live)))
     # A range the replay reserves where nothing was offered (one a failed request reserved and the
     # trace never maps) takes fresh addresses above the floor: above every recorded range's end, so
@@ -137,6 +131,45 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
         for o in entries:
             o["index"] += sum(len(offers) for pos, offers in inserts if pos <= o["index"])
     return windows
+
+
+def _events(b: _Builder) -> list[tuple[int, str, int, int, int, int]] | None:
+    """(position, action, addr, size, stream, pool) of every map and unmap, in trace order; None when the
+    columns and b.maps are out of step (skipped bad entries)."""
+    cols = b.cols
+    pools = _request_pools(cols.ops, cols.ids)
+    out = []
+    k = 0
+    for pos, op in enumerate(cols.ops):
+        if op == _SEGMENT_ADDRESS and cols.sizes[pos] == 0:
+            if k >= len(b.maps) or b.maps[k][0] != "segment_map" or b.maps[k][1] != cols.addrs[pos]:
+                return None
+        elif op == _RELEASE:
+            if k >= len(b.maps) or b.maps[k][0] != "segment_unmap" or b.maps[k][1] != cols.addrs[pos]:
+                continue  # a fixed segment's segment_free
+        else:
+            continue
+        action, addr, size, stream = b.maps[k]
+        k += 1
+        out.append((pos, action, addr, size, stream, pools[pos]))
+    return out if k == len(b.maps) else None
+
+
+def _request_pools(ops: list[int], ids: list[int]) -> list[int]:
+    """The replay's pool of the request each event belongs to: a map's is the request after it (the
+    trace enters a request's pool at the request, after the maps it made)."""
+    now, at_request = 0, []
+    for op, id_ in zip(ops, ids):
+        if op == _POOL:
+            now = id_
+        at_request.append(now)
+    out = [0] * len(ops)
+    following = at_request[-1] if ops else 0
+    for pos in range(len(ops) - 1, -1, -1):
+        if ops[pos] in _ALLOCATING:
+            following = at_request[pos]
+        out[pos] = following
+    return out
 
 
 def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
@@ -184,37 +217,37 @@ def windows_in(windows: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[i
     return out
 
 
-def recorded_ranges(maps: list[tuple[str, int, int, int]], start: StartState,
-                    large_page: int) -> list[tuple[int, bool, int | None]]:
+def recorded_ranges(b: _Builder, start: StartState, large_page: int) -> list[tuple[int, bool, int | None]]:
     """Each expandable range the recording shows, without the card's size: (base, is_small, next base).
 
     `next base` is the lowest base of a range that lived at the same time
     above it (None when no such range was seen), which bounds the range's
     size (capacity.expandable_capacity). A map belongs to the live range
-    nearest below it when that range is of its stream and pool kind, else it
+    nearest below it when that range is of its private pool, stream and pool
+    kind, else it
     opens a range there (ranges map from their lowest page up); an unmap to
     the live range nearest below it. A range whose last pages are unmapped is
     given back, and its addresses may serve another range later.
     """
-    live: list[list] = []  # [base, (stream, is_small), mapped bytes, index into out]
+    live: list[list] = []  # [base, (pool, stream, is_small), mapped bytes, index into out]
     out: list[list] = []   # [base, is_small, next base]
 
-    def open_range(base: int, key: tuple[int, bool], mapped: int) -> None:
+    def open_range(base: int, key: tuple[int, int, bool], mapped: int) -> None:
         below = [r for r in live if r[0] < base]
         above = [r[0] for r in live if r[0] > base]
-        out.append([base, key[1], min(above, default=None)])
+        out.append([base, key[2], min(above, default=None)])
         if below:
             lower = out[max(below, key=lambda r: r[0])[3]]
             lower[2] = base if lower[2] is None else min(lower[2], base)
         live.append([base, key, mapped, len(out) - 1])
 
     for r in sorted(start.ranges, key=lambda r: min(a for a, _ in r.runs)):
-        open_range(min(a for a, _ in r.runs), (r.stream, r.is_small), sum(s for _, s in r.runs))
-    for action, addr, size, stream in maps:
+        open_range(min(a for a, _ in r.runs), (0, r.stream, r.is_small), sum(s for _, s in r.runs))
+    for _, action, addr, size, stream, pool in _events(b) or []:
         below = [r for r in live if r[0] <= addr]
         owner = max(below, key=lambda r: r[0]) if below else None
         if action == "segment_map":
-            key = (stream, size < large_page)
+            key = (pool, stream, size < large_page)
             if owner is None or owner[1] != key:
                 open_range(addr, key, size)
             else:

@@ -38,6 +38,7 @@ import numpy as np
 
 from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, limited_capacity
 from torchmem.replay.entries import int_field
+from torchmem.replay.expandable_ranges import failure_offers
 from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
@@ -518,7 +519,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             if limit is not None:
                 capacity, capacity_from = limit, "oom_limit"
     elif conf and "expandable_segments:True" in conf:
-        ranges = recorded_ranges(b.maps, start, large_segment_size(conf))
+        ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
         if capacity is not None and capacity >= start.reserved + b.reserved_peak:
             capacity_from = "expandable"
