@@ -19,6 +19,7 @@ from conftest import ok, run_torchmem
 from replay_recording import GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout
 from torchmem import sim
 from torchmem.snapshot import snapshot_from_replay
+from torchmem.replay.memory_limit import conf_fraction
 from torchmem.traces import TraceError
 
 
@@ -137,9 +138,13 @@ def test_a_program_that_catches_its_ooms_is_replayed_past_each(tmp_path, cut):
     assert not other.completed and other.survived_ooms == []
 
 
+def remove_fraction(conf: str) -> str:
+    return ",".join(i for i in conf.split(",") if i and not i.startswith("per_process_memory_fraction"))
+
+
 @pytest.mark.parametrize("cut", [0, 900])
 def test_an_oom_under_a_memory_fraction_is_reproduced(tmp_path, cut):
-    """The GPU had room (device_free) but a memory fraction refused: the capacity is the most that still refuses.
+    """The GPU had room (device_free) but a memory fraction refused: the replay infers a fraction that refuses.
 
     Native counterpart: the test of this name in tests/fakegpu/test_replay_native_scenarios.py.
     """
@@ -148,13 +153,16 @@ def test_an_oom_under_a_memory_fraction_is_reproduced(tmp_path, cut):
     oom_entry = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
     assert oom_entry["device_free"] > 4 * GiB  # the card had room
     result = sim.replay(write(tmp_path, snap))
-    assert result.capacity_source == "oom_limit"
-    # The most that refuses the request: at least the fraction's limit, below reserved + the segment refused.
-    assert int(0.3 * 8 * GiB) // (2 * MiB) * (2 * MiB) <= result.capacity < result.recorded_oom["reserved"] + 200 * MiB
+    # The card: reserved + device_free at the OOM; the fraction's limit: at least the recorded one (every
+    # segment fit under it), below reserved + the segment refused.
+    assert result.capacity_source == "oom" and result.capacity == result.recorded_oom["reserved"] + oom_entry["device_free"]
+    assert result.recorded.fraction_from == "inferred"
+    limit = int(conf_fraction(result.conf) * result.capacity)
+    assert int(0.3 * 8 * GiB) <= limit < result.recorded_oom["reserved"] + oom_entry["size"] + 2 * MiB
     assert_exact(result, snap)
     assert result.recorded_oom["reproduced"]
-    # reserved + device_free, the GPU's own limit, would not reproduce it.
-    roomy = sim.replay(write(tmp_path, snap), capacity=result.recorded_oom["reserved"] + oom_entry["device_free"])
+    # The card alone (no fraction) would not reproduce it.
+    roomy = sim.replay(write(tmp_path, snap), conf=remove_fraction(result.conf))
     assert not roomy.recorded_oom["reproduced"]
 
 

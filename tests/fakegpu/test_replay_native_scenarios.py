@@ -28,6 +28,7 @@ from subprocess_runner import ok, run_torchmem
 from torchmem import sim
 from torchmem.snapshot import snapshot_from_replay
 from torchmem.fakegpu import oracle
+from torchmem.replay.memory_limit import conf_fraction
 from torchmem.traces import TraceError
 
 MiB = 1 << 20
@@ -73,6 +74,14 @@ SCENARIOS["caught"] = W(11, "", 1 * GiB, mixed(11, 2500, large=0.5))
 SCENARIOS["caught-mid"] = W(11, "", 1 * GiB, mixed(11, 2500, large=0.5), record_at=800)
 # An OOM under a memory fraction: the card had room.
 SCENARIOS["fraction"] = W(3, "", 8 * GiB, mixed(3, 2500, large=0.5) + [["o", 3 * GiB, 0]], fraction=0.3)
+# The setting's fraction (recorded in the snapshot's config string), and the program's over it (not recorded);
+# a fraction with garbage collection, whose threshold is a share of the fraction's limit.
+SCENARIOS["fraction-setting"] = W(3, "per_process_memory_fraction:0.4", 8 * GiB,
+                                  mixed(3, 2500, large=0.5) + [["o", 3 * GiB, 0]])
+SCENARIOS["fraction-over-setting"] = W(3, "per_process_memory_fraction:0.4", 8 * GiB,
+                                       mixed(3, 2500, large=0.5) + [["o", 3 * GiB, 0]], fraction=0.3)
+SCENARIOS["fraction-gc"] = W(9, "garbage_collection_threshold:0.6", 4 * GiB,
+                             mixed(9, 2500, large=0.6) + [["o", 2 * GiB, 0]], fraction=0.5)
 SCENARIOS["empty_cache"] = W(5, "", 4 * GiB, mixed(5, 2000, empty_cache_every=300))
 SCENARIOS["record_stream"] = W(0, "", 1 * GiB, record_stream_ops())
 SCENARIOS["expandable-empty_cache"] = W(6, "expandable_segments:True", 4 * GiB,
@@ -105,8 +114,6 @@ RANGE = ("expandable-range-placement (torchmem/fakegpu/deviations.py): the repla
 # segment age: test_the_tie_by_segment_age_is_what_made_them_differ.)
 AGED = ("caught", "caught-mid", "empty_cache")
 DIVERGES = {
-    "fraction": "fraction-limit (torchmem/fakegpu/deviations.py): the replay does not know the memory fraction's "
-                "limit, and grants a request that PyTorch refused under it",
     "expandable-mid[8][300]": RANGE + "; an empty_cache() recorded after the start unmaps other pages (native 20 "
                                       "MiB, the replay 40 MiB at another address)",
     "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
@@ -235,9 +242,37 @@ def test_an_oom_under_a_memory_fraction_is_reproduced(native):
     oom = entries(snap, "oom")[0]
     assert oom["device_free"] > 4 * GiB  # the card had room: the fraction refused
     result = sim.replay(str(path))
-    assert result.capacity_source == "oom_limit"
-    assert int(0.3 * 8 * GiB) // (2 * MiB) * (2 * MiB) <= result.capacity < result.recorded_oom["reserved"] + 200 * MiB
+    assert result.capacity_source == "oom" and result.capacity == 8 * GiB
+    # The fraction is not in the snapshot: the replay's lies between the recorded peak and the refusal.
+    assert result.recorded.fraction_from == "inferred"
+    limit = int(conf_fraction(result.conf) * result.capacity)
+    assert int(0.3 * 8 * GiB) <= limit < oom_reserved(oom) + oom["size"] + 2 * MiB
     assert result.recorded_oom["reproduced"]
+
+
+def oom_reserved(oom: dict) -> int:
+    return 8 * GiB - oom["device_free"]
+
+
+@pytest.mark.parametrize("name", ["fraction-setting", "fraction-over-setting", "fraction-gc"])
+def test_a_fraction_of_the_setting_or_the_program_is_replayed(native, name):
+    w, snap, path, report = recorded(native, name)
+    oom = entries(snap, "oom")[-1]
+    card = oom_reserved(oom) + oom["device_free"]
+    fraction = w.fraction or 0.4
+    # PyTorch refused where reserved + the segment would pass its limit, with room on the card.
+    assert oom["device_free"] > 2 * GiB and oom_reserved(oom) + oom["size"] > int(fraction * card)
+    result = sim.replay(str(path))
+    assert result.recorded_oom["reproduced"] and oracle.compare(path, report, w) == []
+    # The setting's own fraction is taken as recorded; the program's (not in the snapshot) is inferred.
+    assert result.recorded.fraction_from == ("inferred" if w.fraction else "config")
+    if not w.fraction:
+        assert conf_fraction(result.conf) == 0.4
+    if "garbage_collection" in w.conf:
+        # The collector released cached segments before PyTorch's limit was reached: the releases the
+        # replay made are the recording's.
+        assert result.fidelity["releases_made"] == len(entries(snap, "segment_free")) > 0
+        assert result.fidelity["releases_missed"] == 0
 
 
 # ---------------------------------------------------------------- empty_cache, streams

@@ -52,7 +52,6 @@ def describe(result, trace, path: str, given_capacity: str | None = None) -> str
     sources = {
         "oom": "reserved at the recorded OOM plus its device_free",
         "given": "given",
-        "oom_limit": "the recorded OOM had room on the GPU, so a memory fraction refused it: the most that still does",
         "expandable": "the largest card whose expandable ranges (9/8 of it each) fit between the recorded ones",
         "default": "the default; give --capacity for your card" + (" (the snapshot has no OOM)" if rec else ""),
     }

@@ -56,17 +56,23 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation(
         "retry-count",
         "num_alloc_retries: PyTorch counts a retry each time it releases its whole cache and allocates again "
-        "after a failed device allocation. The replay makes the recording's releases itself and infers those "
-        "retries (torchmem/replay/retries.py) only where a recorded OOM gives the card's size and no garbage "
-        "collection runs; a program's empty_cache() just before a new segment on a full card counts as one.",
+        "after a failed device allocation. A trace shows the releases, not the failure: a program's empty_cache()"
+        " just before a request leaves the same releases, and under max_split_size_mb so does the allocator's "
+        "first, uncounted release (release_available_cached_blocks). The replay makes the recorded releases and "
+        "counts a run as a retry (torchmem/replay/retries.py) where the allocator could not have made the segment"
+        " before it: over the card's memory (known from a recorded OOM) or over a memory fraction's limit (the "
+        "lowest the trace allows); without either, or under garbage collection, it counts none.",
         lambda w, p: _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
         "fraction-limit",
-        "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction), with or without "
-        "garbage_collection_threshold: the replay does not know the fraction's limit unless an out-of-memory "
-        "error shows it, so it runs out of memory, collects garbage or releases its cache at other moments.",
-        lambda w, p: bool(w.fraction) or _conf_has(w, "per_process_memory_fraction", "garbage_collection"),
+        "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction) with "
+        "expandable_segments:True. The replay infers the fraction from the trace's refusals "
+        "(torchmem/replay/memory_limit.py) and replays them, and with fixed segments it is exact; with expandable"
+        " segments, where the garbage collector or a retry unmaps pages of a range that existed when recording "
+        "began (a run recorded mid-way), the replay unmaps other pages, or none, and what follows differs.",
+        lambda w, p: (bool(w.fraction) or _conf_has(w, "per_process_memory_fraction"))
+        and _conf_has(w, "expandable_segments:True"),
     ),
     Deviation(
         "mid-way-segment-age",

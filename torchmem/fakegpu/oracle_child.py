@@ -6,8 +6,9 @@ IN.json holds a list of workloads (torchmem.fakegpu.oracle.Workload as dicts)
 that share one setting string, which the caller puts in
 PYTORCH_CUDA_ALLOC_CONF (PyTorch reads it once). Each runs in turn in this
 one process, from a clean allocator (everything freed, the cache emptied,
-statistics reset, a fresh history), with its own card size and memory
-fraction; its native snapshot is written to
+statistics reset, a fresh history, the setting's memory fraction), with
+its own card size and memory fraction (set_per_process_memory_fraction, over
+the setting's); its native snapshot is written to
 OUT_DIR/<index>.pickle and what PyTorch reported to OUT_DIR/<index>.json.
 Ops (lists): ["a", id, size, stream] allocate (an out-of-memory error is
 caught and the run goes on); ["f", id] free; ["u", id,
@@ -111,6 +112,15 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
     return snapshot, report
 
 
+def configured_fraction() -> float:
+    """The per_process_memory_fraction of PYTORCH_CUDA_ALLOC_CONF (1.0 when it has none)."""
+    for item in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "per_process_memory_fraction":
+            return float(value)
+    return 1.0
+
+
 def release_kept_ranges(streams: list) -> None:
     """Gives back the expandable ranges that failed requests reserved and nothing mapped.
 
@@ -144,7 +154,7 @@ def reset(streams: list, control: Control) -> None:
     torch.cuda.memory._record_memory_history(enabled=None)
     torch.cuda.empty_cache()
     release_kept_ranges(streams)
-    torch.cuda.set_per_process_memory_fraction(1.0)
+    torch.cuda.set_per_process_memory_fraction(configured_fraction())  # the setting's own, as at start-up
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
 

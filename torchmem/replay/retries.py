@@ -15,9 +15,12 @@ PyTorch made.
   taken as the second step (no retry); one that released anything smaller
   was the third.
 - A program's empty_cache() followed by a new segment looks the same in the
-  trace. A run is a retry only where the card could not have held the new
-  segment beside what was reserved before the run: with the capacity known
-  from a recorded OOM. Without one, no run is counted.
+  trace. A run is a retry only where the allocator could not have made the
+  new segment beside what was reserved before the run: over the card's
+  memory (known from a recorded OOM) or over a memory fraction's limit
+  (memory_limit.py). Without either, no run is counted.
+- The new segment asks the device for its request's alloc_size (for a map of
+  an expandable range, the request's, not the pages mapped).
 - Under garbage_collection_threshold (with a memory fraction) the collector
   also releases before allocating, and the trace cannot tell its runs from
   the retries': none is counted. Both are open deviations (docs/fakegpu.md).
@@ -31,9 +34,10 @@ def recorded_retries(retry_releases: list[tuple[int, int, list[int]]], conf: str
                      capacity: int | None) -> int:
     """Retries PyTorch counted behind the recorded runs of releases.
 
-    Each run is (reserved before it, relative to the start; the size of the
-    segment that followed; the sizes it released). `capacity` is the card's
-    memory where a recorded OOM tells it, else None.
+    Each run is (reserved before it, relative to the start; what the segment
+    that followed asked of the device; the sizes it released). `capacity` is
+    the most the allocator could reserve: the card's memory where a recorded
+    OOM tells it, or a memory fraction's limit when lower; else None.
     """
     if "garbage_collection_threshold" in conf or capacity is None:
         return 0

@@ -29,6 +29,7 @@ from torchmem import _C
 from torchmem.replay.retries import recorded_retries
 from torchmem.replay.expandable_ranges import run_chunk
 from torchmem.replay.capacity import recorded_capacity
+from torchmem.replay.memory_limit import conf_fraction
 from torchmem.sizes import fmt_size, gib  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
@@ -55,8 +56,7 @@ class ReplayResult:
     skipped_detail: str = ""         # what they were, in words (the CLI's warning)
     notes: list[str] = field(default_factory=list)
     replayer: Any = field(default=None, repr=False)  # the allocator's state and history, for snapshots
-    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM), "oom_limit"
-                                     # (the OOM had room on the GPU: a memory fraction, replay/capacity.py),
+    capacity_source: str = "given"   # "given", "oom" (reserved + device_free at the recorded OOM),
                                      # "expandable" (the recorded ranges' spacing, replay/capacity.py) or "default"
     conf_source: str = "given"       # "given", "recorded" (the snapshot's allocator_settings) or "default"
     start: Any = None                # StartState of a snapshot recorded mid-run
@@ -356,7 +356,13 @@ def replay(
     unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
     stats = replayer.stats()
     if follow_recording and recorded is not None:
-        known = capacity if capacity_source in ("oom", "oom_limit") else None
+        known = capacity if capacity_source == "oom" else None
+        fraction = conf_fraction(conf)
+        if fraction is not None and fraction < 1.0:
+            # An inferred fraction's limit lies between the trace's bounds: a run of releases before a
+            # segment that would have passed the lowest is taken as the allocator's retry.
+            limit = recorded.limit_low if recorded.fraction_from == "inferred" else int(fraction * float(capacity))
+            known = min(known or capacity, limit or capacity)
         stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known)
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None

@@ -36,9 +36,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, limited_capacity
+from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, segment_request
+from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.entries import int_field
-from torchmem.replay.expandable_ranges import failure_offers
 from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
@@ -63,6 +63,8 @@ class RecordedRun:
     max_address: int = 0
     event_entries: Any = None                # numpy: the trace entry each replay event comes from
     capacity_from: str | None = None         # "oom" (reserved + device_free at the OOM) or "expandable" (capacity.py)
+    fraction_from: str = "none"              # the conf's per_process_memory_fraction: "config", "inferred" or "none"
+    limit_low: int | None = None             # an inferred fraction's lowest possible limit (memory_limit.py)
     peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
     device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.snapshot_devices' rule
     retry_releases: list = field(default_factory=list)  # runs of releases a new segment followed (retries.py)
@@ -117,6 +119,28 @@ def recorded_conf(settings: Any) -> str | None:
             not any(item.startswith("reuse_order") for item in items):
         items.append("reuse_order:segment")
     return ",".join(items)
+
+
+def _creation_needs(b: "_Builder", lss: int) -> list[int]:
+    """What each segment made asked of the device: its size, or for a map its request's alloc_size (at least)."""
+    return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
+
+
+def _with_fraction(conf: str | None, capacity: int | None, start_reserved: int, b: "_Builder", needs: list[int],
+                   ooms: list[dict]) -> tuple[str | None, str, int | None]:
+    """The recorded config with the memory fraction the trace shows (memory_limit.py), where it comes from,
+    and for an inferred one the lowest limit the trace allows."""
+    lss = large_segment_size(conf or "")
+    creations = [(start_reserved + c[0], need) for c, need in zip(b.creations, needs)]
+    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], lss)
+    fraction, source = infer_fraction(capacity if ooms else None, limits, conf_fraction(conf or ""))
+    if conf is None and fraction is None:
+        return None, source, None  # no settings recorded, and nothing to add
+    items = [item for item in (conf or "").split(",")
+             if item and item.partition(":")[0].strip() != "per_process_memory_fraction"]
+    if fraction is not None:
+        items.append(f"per_process_memory_fraction:{format_fraction(fraction)}")
+    return ",".join(items), source, limits.lo if source == "inferred" else None
 
 
 def large_segment_size(conf: str) -> int:
@@ -267,7 +291,6 @@ class _Builder:
         self.pools_inferred = 0                   # allocations placed in a pool by their final segment
         self.next_id = 0
         self.live: dict[int, int] = {}            # addr -> id, blocks live now
-        self.requested: set[int] = set()          # addresses of live blocks whose free is requested, not completed
         self.two_step_frees = _replays_two_step_frees()
         self.seen: set[int] = set()               # addresses with an alloc or free so far
         self.freed_at_start: dict[int, tuple[int, int, int]] = {}  # addr -> (id, requested, entry index)
@@ -279,8 +302,8 @@ class _Builder:
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
         self.pending_release_sizes: list[int] = []
         self.run_reserved = 0                     # reserved_delta when the run began
-        self.run_new_segment = 0                  # size of the segment that followed the run
-        # (reserved_delta before the run, the new segment's size, the sizes released) of each run
+        self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
+        # (reserved_delta before the run, the new segment's creation, the sizes released) of each run
         # that a new segment followed: the allocator's retry, or the program's empty_cache() (retries.py)
         self.retry_releases: list[tuple[int, int, list[int]]] = []
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
@@ -293,6 +316,10 @@ class _Builder:
         self.max_address = 0
         self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
         self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
+        # [reserved_delta before, size, the request that followed (maps; None for segment_alloc)]
+        # of every segment made: the memory fraction's lower bound (memory_limit.py)
+        self.creations: list[list] = []
+        self.maps_waiting: list[int] = []  # creations of maps whose request has not come yet
 
     def where(self, i: int) -> str:
         return f"{self.name}: device {self.device} entry {i}"
@@ -332,15 +359,11 @@ class _Builder:
         block is cached). Most requests complete at once: the free_completed
         that follows directly turns the event into a FREE. A block allocated
         before recording began is left to its free_completed (the start state).
+        A second request of a block is the replay's bad event.
         """
-        addr = int_field(entry, "addr", where)
-        id_ = self.live.get(addr)
-        if id_ is None:
-            return
-        if addr in self.requested:
-            raise TraceError(f"{where}: free_requested of 0x{addr:x}, whose free is already requested")
-        self.requested.add(addr)
-        self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
+        id_ = self.live.get(int_field(entry, "addr", where))
+        if id_ is not None:
+            self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
 
     def new_id(self) -> int:
         self.next_id += 1
@@ -358,7 +381,7 @@ class _Builder:
             self.cols.insert(self.pending_release[0], EMPTY_CACHE)
             self.empty_cache_calls += 1
         elif self.pending_release and self.segment_after_release:
-            self.retry_releases.append((self.run_reserved, self.run_new_segment, list(self.pending_release_sizes)))
+            self.retry_releases.append((self.run_reserved, self.run_new_creation, list(self.pending_release_sizes)))
         self.pending_release.clear()
         self.pending_release_sizes.clear()
         self.segment_after_release = False
@@ -382,7 +405,7 @@ class _Builder:
             self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
-                self.run_new_segment = entry.get("size") if isinstance(entry.get("size"), int) else 0
+                self.run_new_creation = len(self.creations)
             self.segment_after_release = bool(self.pending_release)
         elif action != "snapshot" and not (action.startswith("free") and action != free_action):
             self.settle_release(action)
@@ -427,16 +450,17 @@ class _Builder:
             self.live[addr] = id_
             self.seen.add(addr)
             self.allocs.append((addr, i))
+            for k in self.maps_waiting:
+                self.creations[k][2] = size
+            self.maps_waiting.clear()
             self.mark_survived()
             self.enter_pool(entry, addr)
             self.cols.add(ALLOC, id_, size, stream, addr)
         elif action == free_action:
             id_ = self.live.pop(addr, None)
-            if id_ is not None and addr in self.requested:
-                self.requested.discard(addr)
-                if self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:  # completed at once
-                    self.cols.ops[-1], self.cols.entries[-1] = FREE, i
-                    return
+            if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
+                self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
+                return
             if id_ is None:
                 if addr in self.seen:
                     raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")
@@ -449,6 +473,7 @@ class _Builder:
                 raise TraceError(f"{where}: segment_alloc at 0x{addr:x}, which is already a segment")
             self.segments[addr] = (size, i)
             self.segments_gone.discard(addr)
+            self.creations.append([self.reserved_delta, size, None])
             self.reserved_delta += size
             self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
             self.cols.add(SEGMENT_ADDRESS, 0, size, stream, addr)
@@ -466,6 +491,8 @@ class _Builder:
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
         elif action == "segment_map":
             self.maps.append((action, addr, size, stream))
+            self.maps_waiting.append(len(self.creations))
+            self.creations.append([self.reserved_delta, size, 0])
             self.reserved_delta += size
             self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
             self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
@@ -513,11 +540,6 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     if ooms:
         oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
-        if "expandable_segments:True" not in (conf or ""):
-            limit = limited_capacity(oom["reserved"], oom["device_free"], oom["size"], start.reserved + b.reserved_peak,
-                                     large_segment_size(conf or ""))
-            if limit is not None:
-                capacity, capacity_from = limit, "oom_limit"
     elif conf and "expandable_segments:True" in conf:
         ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
@@ -525,16 +547,22 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             capacity_from = "expandable"
         else:
             capacity = None
+    needs = _creation_needs(b, large_segment_size(conf or ""))
+    conf, fraction_from, limit_low = _with_fraction(conf, capacity, start.reserved, b, needs, ooms)
+    retry_releases = [(before, needs[k] if k < len(needs) else 0, sizes) for before, k, sizes in b.retry_releases]
     windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
                if conf and "expandable_segments:True" in conf else [])  # Note [Expandable ranges in a snapshot]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
-                           capacity_from=capacity_from,
+                           capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
                            peak_reserved=start.reserved + b.reserved_peak,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
-                           retry_releases=b.retry_releases, start_reserved=start.reserved,
+                           retry_releases=retry_releases, start_reserved=start.reserved,
                            event_entries=np.asarray(b.cols.entries, dtype=np.int64), device_choice=choice.describe())
     notes = []
+    if fraction_from == "inferred":
+        notes.append(f"a memory fraction of {conf_fraction(conf):.4g} (the highest that makes the recording's refusals; "
+                     "a snapshot does not record one set by torch.cuda.set_per_process_memory_fraction)")
     if b.pools_inferred:
         pools = len(b.pools) - 1
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "

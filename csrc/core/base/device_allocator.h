@@ -58,6 +58,7 @@
 
 #include "core/base/alloc_config.h"
 #include "core/base/allocator.h"
+#include "core/base/device_reserved.h"
 #include "core/base/history.h"
 #include "core/base/out_of_memory.h"
 #include "core/base/segment_info.h"
@@ -96,6 +97,11 @@ class DeviceAllocator : public Allocator {
   virtual void empty_cache() = 0;
   virtual void add_free_memory_callback(std::function<bool()> callback) = 0;
   virtual void set_memory_fraction(double fraction) = 0;
+  // The device's reserved bytes this allocator counts into (DeviceReserved):
+  // its own until share_reserved() joins it to another allocator's, which a
+  // private pool of the same device does before its first allocation.
+  virtual std::shared_ptr<DeviceReserved> device_reserved() const = 0;
+  virtual void share_reserved(std::shared_ptr<DeviceReserved> shared) = 0;
 
   virtual DeviceStats stats() const = 0;
   // The live statistics without the lock, kept pool by pool (their

@@ -37,6 +37,7 @@ std::shared_ptr<DeviceAllocator> DeviceMemory::make_allocator() const {
     provider = history_provider_;
   }
   std::shared_ptr<DeviceAllocator> a = make_device_allocator(device_, config);
+  if (main_) a->share_reserved(main_->device_reserved());  // a private pool: a fraction's limit counts every pool
   if (fraction >= 0.0) a->set_memory_fraction(fraction);
   if (history_entries) a->enable_history(history_entries, provider);
   // Before the out-of-memory retry releases the cache, frees of this

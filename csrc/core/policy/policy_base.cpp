@@ -34,6 +34,14 @@ bool PolicyBase::trigger_free_memory_callbacks() {
   return freed;
 }
 
+void PolicyBase::share_reserved(std::shared_ptr<DeviceReserved> shared) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  if (!shared || shared == device_reserved_) return;
+  device_reserved_->sub(own_reserved_);
+  shared->add(own_reserved_);
+  device_reserved_ = std::move(shared);
+}
+
 void PolicyBase::set_releases_blocked(bool blocked) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   releases_blocked_ = blocked;

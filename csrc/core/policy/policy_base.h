@@ -46,6 +46,9 @@ class PolicyBase : public DeviceAllocator {
   // Throws std::invalid_argument outside [0, 1].
   void set_memory_fraction(double fraction) override;
   void set_releases_blocked(bool blocked) override;
+  std::shared_ptr<DeviceReserved> device_reserved() const override { return device_reserved_; }
+  // Moves what this allocator holds into `shared`, and counts there from now on.
+  void share_reserved(std::shared_ptr<DeviceReserved> shared) override;
 
   DeviceStats stats() const override;
   const DeviceStats& stats_ref() const override { return stats_; }
@@ -68,6 +71,8 @@ class PolicyBase : public DeviceAllocator {
   size_t limit_bytes() const {
     return static_cast<size_t>(memory_fraction_ * static_cast<double>(device_.total_bytes()));
   }
+  // The reserved bytes of the device (every pool's), which limit_bytes() bounds.
+  size_t device_reserved_bytes() const { return device_reserved_->bytes(); }
   // Runs every free-memory callback; true when one of them freed memory.
   bool trigger_free_memory_callbacks();
   // Under the lock, after reset_accumulated_stats() reset the statistics.
@@ -82,6 +87,16 @@ class PolicyBase : public DeviceAllocator {
   bool releases_blocked_ = false;
   History history_;
   std::vector<std::function<bool()>> free_memory_callbacks_;
+  std::shared_ptr<DeviceReserved> device_reserved_ = std::make_shared<DeviceReserved>();
+  size_t own_reserved_ = 0;  // this allocator's part of device_reserved_ (policies keep it with reserve/unreserve)
+  void reserve(size_t n) {
+    own_reserved_ += n;
+    device_reserved_->add(n);
+  }
+  void unreserve(size_t n) {
+    own_reserved_ -= n;
+    device_reserved_->sub(n);
+  }
 };
 
 }  // namespace torchmem

@@ -303,6 +303,35 @@ void test_caching_destructor_returns_everything() {
     }
 }
 
+// A memory fraction limits the device's reserved bytes across allocators
+// that share them (a private pool and the default pool, as PyTorch's
+// total_allocated_memory), and each one's own when they do not.
+void test_caching_fraction_counts_every_pool() {
+  for (bool expandable : {false, true}) {
+    SimDevice dev(1 * GiB);
+    AllocatorConfig conf = AllocatorConfig::parse("per_process_memory_fraction:0.5");
+    conf.expandable_segments = expandable;
+    CachingAllocator main_pool(dev, conf), graph_pool(dev, conf), alone(dev, conf);
+    graph_pool.share_reserved(main_pool.device_reserved());
+    void* p = main_pool.allocate(300 * MiB);
+    CHECK(main_pool.device_reserved()->bytes() == 300 * MiB);
+    CHECK_THROWS(OutOfMemory, graph_pool.allocate(300 * MiB));  // 600 MiB of the device's: over 512 MiB
+    void* q = alone.allocate(200 * MiB);                         // its own 200 MiB: under its limit
+    void* r = graph_pool.allocate(200 * MiB);                    // 500 MiB with the default pool's
+    CHECK(main_pool.device_reserved()->bytes() == 500 * MiB && alone.device_reserved()->bytes() == 200 * MiB);
+    main_pool.deallocate(p);
+    main_pool.empty_cache();
+    CHECK(graph_pool.device_reserved()->bytes() == 200 * MiB);
+    graph_pool.deallocate(r);
+    alone.deallocate(q);
+    graph_pool.empty_cache();
+    alone.empty_cache();
+    CHECK(main_pool.device_reserved()->bytes() == 0 && alone.device_reserved()->bytes() == 0);
+    INVARIANTS(main_pool);
+    INVARIANTS(graph_pool);
+  }
+}
+
 // Bad input: every misuse is an exception and changes nothing.
 void test_caching_bad_input() {
   SimDevice inner(1 * GiB);
@@ -515,6 +544,7 @@ std::vector<Test> caching_tests() {
       {"caching_device_full", test_caching_device_full},
       {"caching_destructor_returns_everything", test_caching_destructor_returns_everything},
       {"caching_bad_input", test_caching_bad_input},
+      {"caching_fraction_counts_every_pool", test_caching_fraction_counts_every_pool},
       {"stitch_random", test_stitch_random},
       {"stitch_random_faults", test_stitch_random_faults},
       {"stitch_threads", test_stitch_threads},

@@ -214,14 +214,14 @@ TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::find_free_block(Request& r) {
 bool CachingAllocator::allocate_segment(Request& r, bool is_retry) {
   if (is_retry) ++stats_.num_alloc_retries;
   const size_t size = r.alloc_size;
-  if (fraction_set_ && total_reserved_ + size > limit_bytes()) return false;
+  if (fraction_set_ && device_reserved_bytes() + size > limit_bytes()) return false;  // every pool's, as PyTorch
   if (config_.expandable_segments) {
     r.block = allocate_expandable(r);
     return r.block != nullptr;
   }
   const uintptr_t addr = device_.allocate(size);
   if (addr == 0) return false;
-  total_reserved_ += size;
+  reserve(size);
   Block* block = make_block();
   block->addr = addr;
   block->size = size;
@@ -293,7 +293,7 @@ void CachingAllocator::release_pool(BlockPool& pool) {
 
 void CachingAllocator::release_block(Block* block) {
   device_.free(block->addr, block->size);
-  total_reserved_ -= block->size;
+  unreserve(block->size);
   decrease_pool(stats_.segment, block->pool->is_small, 1);
   decrease_pool(stats_.reserved_bytes, block->pool->is_small, static_cast<int64_t>(block->size));
   if (block->size >= config_.max_split_size) stats_.oversize_segments.decrease(1);
@@ -307,8 +307,9 @@ void CachingAllocator::release_block(Block* block) {
 // reserved memory is back under garbage_collection_threshold * limit.
 void CachingAllocator::garbage_collect_cached_blocks() {
   const size_t threshold = static_cast<size_t>(config_.garbage_collection_threshold * limit_bytes());
-  if (total_reserved_ <= threshold) return;
-  const size_t target = total_reserved_ - threshold;
+  const size_t reserved = device_reserved_bytes();  // every pool's, as PyTorch's total_allocated_memory
+  if (reserved <= threshold) return;
+  const size_t target = reserved - threshold;
   auto age = [&](const Block* b) { return static_cast<double>(large_blocks_.get_free_blocks_call_count - b->gc_count_base); };
   double total_age = 0.0;
   int freeable = 0;
@@ -563,9 +564,9 @@ bool CachingAllocator::release_cached_segment(uintptr_t addr) {
     for (Block* block : pool->blocks) {
       if (addr < block->addr || addr >= block->addr + block->size) continue;
       if (block->expandable) {
-        const size_t reserved = total_reserved_;
+        const size_t reserved = own_reserved_;
         unmap_block(block);
-        if (total_reserved_ == reserved) return false;
+        if (own_reserved_ == reserved) return false;
         release_expandable_segment(block);
         return true;
       }

@@ -166,7 +166,6 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   BlockPool small_blocks_{true, &nodes_, config_.reuse_order};
   LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
-  size_t total_reserved_ = 0;
   PendingFreeWaiter pending_free_waiter_;
 };
 

@@ -97,7 +97,7 @@ bool CachingAllocator::map_block(Block* block, size_t size) {
   merge(block, block->prev, pool);
   merge(block, block->next, pool);
   pool.insert(block);
-  total_reserved_ += mapped.size;
+  reserve(mapped.size);
   increase_pool(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(mapped.size));
   ++stats_.num_device_alloc;
   history_.record(Action::kSegmentMap, mapped.addr, mapped.size, block->stream);
@@ -131,7 +131,7 @@ void CachingAllocator::unmap_block(Block* block) {
   merge(block, block->prev, pool);
   merge(block, block->next, pool);
   pool.unmapped.insert(block);
-  total_reserved_ -= unmapped.size;
+  unreserve(unmapped.size);
   decrease_pool(stats_.reserved_bytes, pool.is_small, static_cast<int64_t>(unmapped.size));
   ++stats_.num_device_free;
   history_.record(Action::kSegmentUnmap, unmapped.addr, unmapped.size, block->stream);

@@ -153,7 +153,7 @@ void CachingAllocator::check_invariants() const {
   }
   const std::string stats_differ = stats_.current_difference(expect);
   if (!stats_differ.empty()) fail(stats_differ);
-  if (static_cast<int64_t>(total_reserved_) != expect.reserved_bytes[kAggregate].current) fail("total reserved out of step");
+  if (static_cast<int64_t>(own_reserved_) != expect.reserved_bytes[kAggregate].current) fail("total reserved out of step");
 }
 
 }  // namespace torchmem

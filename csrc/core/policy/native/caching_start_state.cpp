@@ -87,7 +87,7 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
   }
   if (cursor < end) add(cursor, end - cursor, 0, false);
 
-  total_reserved_ += seg.size;
+  reserve(seg.size);
   increase_pool(stats_.segment, seg.is_small, 1);
   increase_pool(stats_.reserved_bytes, seg.is_small, static_cast<int64_t>(seg.size));
   if (seg.size >= config_.max_split_size) stats_.oversize_segments.increase(1);
@@ -184,7 +184,7 @@ void CachingAllocator::restore_expandable(const RecordedRange& range) {
     cursor = r.addr + r.size;
   }
   if (cursor < end) add(cursor, end - cursor, 0, false, false);
-  total_reserved_ += mapped_bytes;
+  reserve(mapped_bytes);
   increase_pool(stats_.reserved_bytes, range.is_small, static_cast<int64_t>(mapped_bytes));
   expandable_segments_.push_back(std::move(segment));
 }

@@ -1,0 +1,54 @@
+"""The memory fraction a recording ran under, bounded by its trace (torchmem/replay/memory_limit.py).
+
+Native recordings with fractions, set through the API and the config, are
+replayed in tests/fakegpu/test_replay_native_scenarios.py; these check the
+bounds and the choice on hand-made figures.
+"""
+from __future__ import annotations
+
+import pytest
+
+from torchmem.replay.memory_limit import (LimitBounds, bounds, conf_fraction, highest_fraction, infer_fraction,
+                                          limit_of)
+
+MiB = 1 << 20
+GiB = 1 << 30
+LARGE = 20 * MiB
+
+
+def test_every_segment_made_raises_the_lower_bound_to_reserved_plus_its_request():
+    b = bounds([(0, 100 * MiB), (100 * MiB, 300 * MiB), (50 * MiB, 20 * MiB)], [], LARGE)
+    assert b == LimitBounds(400 * MiB, None)
+
+
+def test_an_oom_with_room_on_the_card_bounds_the_limit_from_above_and_one_without_does_not():
+    # 250 MiB asks for 250 MiB (a multiple of 2 MiB); 5 MiB asks for a 20 MiB segment.
+    b = bounds([(0, 100 * MiB)], [(600 * MiB, 250 * MiB, 1 * GiB), (700 * MiB, 5 * MiB, 1 * GiB),
+                                  (100 * MiB, 4 * GiB, 1 * GiB)], LARGE)
+    assert b == LimitBounds(100 * MiB, 720 * MiB)  # min(850, 720); the 4 GiB one had no room: the card refused
+
+
+def test_the_configured_fraction_is_kept_when_the_trace_allows_it():
+    b = LimitBounds(3 * GiB, 4 * GiB)
+    assert infer_fraction(8 * GiB, b, 0.4) == (0.4, "config")            # 3.2 GiB lies in [3, 4)
+    assert infer_fraction(None, LimitBounds(3 * GiB, None), 0.4) == (0.4, "config")  # no card known: nothing contradicts
+
+
+def test_a_fraction_the_trace_contradicts_is_replaced_by_the_highest_that_fits():
+    b = LimitBounds(2 * GiB, 3 * GiB)
+    fraction, source = infer_fraction(8 * GiB, b, 0.4)  # 3.2 GiB: PyTorch refused below it, so the program set another
+    assert source == "inferred"
+    assert limit_of(fraction, 8 * GiB) < 3 * GiB <= limit_of(fraction, 8 * GiB) + 2  # just under the refusal
+
+
+def test_no_fraction_without_a_refusal_or_a_card():
+    assert infer_fraction(8 * GiB, LimitBounds(2 * GiB, None), None) == (None, "none")
+    assert infer_fraction(None, LimitBounds(2 * GiB, 3 * GiB), None) == (None, "none")
+    assert highest_fraction(8 * GiB, LimitBounds(3 * GiB, 3 * GiB)) is None  # empty bounds
+
+
+@pytest.mark.parametrize("conf, fraction", [("per_process_memory_fraction:0.5", 0.5),
+                                            ("max_split_size_mb:64,per_process_memory_fraction:0.93", 0.93),
+                                            ("max_split_size_mb:64", None), ("per_process_memory_fraction:x", None)])
+def test_conf_fraction(conf, fraction):
+    assert conf_fraction(conf) == fraction

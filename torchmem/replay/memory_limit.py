@@ -1,0 +1,116 @@
+"""The memory fraction a recording ran under, from what its trace shows.
+
+PyTorch's allocator refuses a new segment when the memory it reserves would
+pass `fraction * the card's memory` (torch.cuda.set_per_process_memory_fraction,
+or per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF): in
+DeviceCachingAllocator::alloc_block, `total_allocated_memory + alloc_size >
+allowed_memory_maximum`, where alloc_size is what the request asks of the
+device (get_allocation_size) and allowed_memory_maximum is
+`size_t(fraction * total)`. A snapshot records the config string but not a
+fraction set through the API, nor the limit; its trace bounds the limit:
+
+- every segment made (segment_alloc, or segment_map of an expandable range)
+  passed the check: limit >= reserved before it + the request's alloc_size
+  (for a map, the request is the allocation that follows it; its size,
+  unrounded, gives a lower bound of alloc_size);
+- every OOM at which the card still had room for alloc_size (device_free,
+  recorded at the failure, was at least alloc_size) failed the check:
+  limit < reserved at the OOM + alloc_size.
+
+`infer_fraction()` returns the fraction to replay with: the config's when it
+fits these bounds, else the highest that does, else none. Any fraction inside
+the bounds makes the refusals the trace shows; the highest is the one that
+never runs garbage collection (garbage_collection_threshold * limit) where
+PyTorch did not: a replay that follows the recording makes the collector's
+recorded releases itself, so a limit above the real one loses nothing, and
+one below it would release more. The card's memory comes from an OOM
+(reserved + device_free): without one, a fraction set through the API cannot
+be told from no fraction at all, and none is inferred.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import math
+
+from torchmem.replay.capacity import segment_request
+
+
+@dataclass(frozen=True)
+class LimitBounds:
+    """What a trace says about the limit: lo <= limit < hi (hi None: no refusal seen)."""
+
+    lo: int
+    hi: int | None
+
+
+def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
+           large_segment_size: int) -> LimitBounds:
+    """The limit's bounds from a trace.
+
+    `creations`: (reserved before, what it asked of the device) of every
+    segment made (a segment's size; for a map, the alloc_size of the request
+    that followed); `ooms`: (reserved at the OOM, the refused size,
+    device_free) of every OOM. Reserved bytes are absolute (start state
+    included).
+    """
+    lo = max((reserved + need for reserved, need in creations), default=0)
+    hi = None
+    for reserved, size, device_free in ooms:
+        need = segment_request(size, large_segment_size)
+        if device_free >= need:  # the card had room: the allocator's own limit refused
+            hi = reserved + need if hi is None else min(hi, reserved + need)
+    return LimitBounds(lo, hi)
+
+
+def limit_of(fraction: float, total: int) -> int:
+    """The bytes a fraction allows on a card of `total` bytes, as PyTorch computes them."""
+    return int(fraction * float(total))
+
+
+def fits(fraction: float, total: int, b: LimitBounds) -> bool:
+    limit = limit_of(fraction, total)
+    return b.lo <= limit and (b.hi is None or limit < b.hi)
+
+
+def highest_fraction(total: int, b: LimitBounds) -> float | None:
+    """The largest fraction whose limit lies in the bounds, or None (no refusal seen, or none fits)."""
+    if b.hi is None or total <= 0:
+        return None
+    fraction = (b.hi - 1) / total
+    while fraction > 0 and limit_of(fraction, total) >= b.hi:
+        fraction = math.nextafter(fraction, 0.0)
+    return fraction if 0 < fraction < 1.0 and fits(fraction, total, b) else None
+
+
+def infer_fraction(total: int | None, b: LimitBounds, configured: float | None) -> tuple[float | None, str]:
+    """The fraction to replay under and where it comes from.
+
+    Returns (fraction, source): source is "config" (the recorded
+    per_process_memory_fraction fits the trace), "inferred" (from the
+    bounds: the program set another, or set one through the API), or
+    "none" (no fraction: fraction None).
+    """
+    if configured is not None and configured < 1.0:
+        if total is None or fits(configured, total, b):
+            return configured, "config"
+    if total is None:
+        return None, "none"
+    fraction = highest_fraction(total, b)
+    return (fraction, "inferred") if fraction is not None else (None, "none")
+
+
+def conf_fraction(conf: str) -> float | None:
+    """The per_process_memory_fraction of a config string, or None."""
+    for item in conf.split(","):
+        key, _, value = item.partition(":")
+        if key.strip() == "per_process_memory_fraction":
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def format_fraction(fraction: float) -> str:
+    """The fraction as the config grammar takes it, exact to the double."""
+    return repr(float(fraction))
