@@ -74,26 +74,6 @@ def segment_request(size: int, large_segment_size: int = LARGE_PAGE) -> int:
     return -(-size // SMALL_PAGE) * SMALL_PAGE
 
 
-def limited_capacity(reserved: int, device_free: int, request: int, peak: int,
-                     large_segment_size: int = LARGE_PAGE) -> int | None:
-    """The capacity for an OOM the GPU itself did not cause, or None.
-
-    When the GPU still had room for the segment the allocator needed
-    (`device_free` at the OOM), the limit was the allocator's own: a memory
-    fraction (torch.cuda.set_per_process_memory_fraction), which the
-    snapshot does not record. Every earlier segment fit under it and this one
-    did not, so it lies in [peak, reserved + segment); reserved bytes are
-    whole 2 MiB pages, so the highest such capacity is reserved + segment - 2
-    MiB. None when the GPU had no room (its memory was the limit) or the
-    recording contradicts the bound.
-    """
-    need = segment_request(request, large_segment_size)
-    if device_free < need:
-        return None
-    capacity = reserved + need - SMALL_PAGE
-    return capacity if capacity >= peak else None
-
-
 def recorded_capacity(recorded: Any) -> tuple[int, str]:
     """The capacity to replay a recording on when none is given, and where it comes from.
 
