@@ -78,8 +78,7 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
     sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
     live: list[_Range] = []
     for r in start.ranges:
-        lo = min(a for a, _ in r.runs)
-        live.append(_Range(lo, lo + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
+        live.append(_Range(r.base, r.base + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
     events = _events(b)
     if events is None:
         return []  # out of step with the trace (skipped bad entries): offer nothing
@@ -241,8 +240,8 @@ def recorded_ranges(b: _Builder, start: StartState, large_page: int) -> list[tup
             lower[2] = base if lower[2] is None else min(lower[2], base)
         live.append([base, key, mapped, len(out) - 1])
 
-    for r in sorted(start.ranges, key=lambda r: min(a for a, _ in r.runs)):
-        open_range(min(a for a, _ in r.runs), (0, r.stream, r.is_small), sum(s for _, s in r.runs))
+    for r in sorted(start.ranges, key=lambda r: r.base):
+        open_range(r.base, (0, r.stream, r.is_small), sum(s for _, s in r.runs))
     for _, action, addr, size, stream, pool in _events(b) or []:
         below = [r for r in live if r[0] <= addr]
         owner = max(below, key=lambda r: r[0]) if below else None

@@ -236,9 +236,32 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
         group.blocks += run.blocks
         group.ids += run.ids
     _lower_bases(ranges, b)
+    if b.ooms:  # the card's memory: what PyTorch held at the first OOM plus what the card still had free
+        held = sum(seg.size for seg in by_addr.values()) + sum(size for r in ranges for _, size in r.runs)
+        _fit_between(ranges, held + b.ooms[0]["reserved_delta"] + b.ooms[0]["device_free"])
     state.segments = [by_addr[a] for a in order if a in by_addr]
     state.ranges = ranges
     return state
+
+
+def _fit_between(ranges: list[StartRange], capacity: int) -> None:
+    """Lowers a start range's base, on its page grid, where its range (9/8 of the card) would reach the
+    next start range: PyTorch's ranges never overlap, so its base lies at least that far below the next
+    one's (and at or above the end of the one before; its pages mapped then stay inside it)."""
+    from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
+
+    ordered = sorted(ranges, key=lambda r: r.base)
+    previous_end = 0
+    for r, following in zip(ordered, [*ordered[1:], None]):
+        page = SMALL_PAGE if r.is_small else LARGE_PAGE
+        size = range_size(capacity, page)
+        if following is not None and r.base + size > following.base:
+            lowest = min(a for a, _ in r.runs)
+            highest = max(a + n for a, n in r.runs)
+            base = lowest - -(-(lowest - (following.base - size)) // page) * page
+            if base >= previous_end and base + size >= highest:
+                r.base = base
+        previous_end = r.base + size
 
 
 def _lower_bases(ranges: list[StartRange], b: _Builder) -> None:
