@@ -11,7 +11,7 @@ snapshot, given no hints, must put every range where PyTorch did:
 - a range reserved by a request that failed (PyTorch keeps it, unmapped) and
   mapped by a later one;
 - a range that existed when recording began, given back during the trace,
-  whose addresses another stream's range takes;
+  whose addresses another stream's range takes; two such ranges side by side;
 - ranges recorded next to each other with no OOM to tell the card's size;
 - the oracle's own batches, where a kept range must not outlive its workload.
 """
@@ -43,6 +43,13 @@ SCENARIOS = {
                                 [["a", 0, 512 << 10, 1], ["a", 1, 100 * MiB, 1], ["a", 2, 100 * MiB, 0],
                                  ["a", 9, 256 << 10, 0], ["f", 2], ["f", 1], ["e"], ["a", 4, 100 * MiB, 0],
                                  ["a", 5, 300 << 10, 1]], None, 4),
+    # Recorded from op 5: stream 0 has two large ranges side by side (the first, with pages unmapped at both
+    # ends, had no room for 610 MiB), and the pages mapped then span more than one range of the card (an
+    # OOM in the trace tells its size): the start state holds two ranges, not one.
+    "two-start-ranges": W(6, EXPANDABLE, 1 * GiB,
+                          [["a", 0, 600 * MiB, 0], ["a", 1, 400 * MiB, 0], ["f", 0], ["e"], ["a", 2, 610 * MiB, 0],
+                           ["a", 3, 300 << 10, 0], ["o", 2 * GiB, 0], ["f", 1], ["e"], ["a", 4, 300 * MiB, 0],
+                           ["a", 5, 100 * MiB, 0]], None, 5),
     # No OOM: the card's size comes from the ranges' spacing; a small range (4 GiB card: 4608 MiB) sits
     # right below another range, whose size (4620 MiB) is a large range's.
     "spacing": W(3, EXPANDABLE, 4 * GiB, [["a", 0, 20 * MiB, 1], ["a", 1, 20 * MiB, 0], ["a", 2, 300 << 10, 1],
@@ -116,6 +123,14 @@ def test_a_start_range_given_back_is_rebuilt_as_the_range_it_was(native):
     by_base = {r.base: r for r in result.start.ranges}
     assert by_base[reused[0]["addr"]].stream == reused[0]["stream"]  # the stream that held it then
     assert result.exact and result.fidelity["releases_made"] == len(unmaps)
+
+
+def test_start_ranges_side_by_side_are_two_ranges(native):
+    w, path, _ = native["two-start-ranges"]
+    result = sim.replay(str(path))
+    large = sorted(r.base for r in result.start.ranges if not r.is_small)
+    assert len(large) == 2 and large[1] - large[0] == range_size(GiB, 20 * MiB)  # PyTorch's two, next to each other
+    assert not result.start.segments and result.exact
 
 
 def test_the_card_size_comes_from_each_kind_of_range_spacing(native):

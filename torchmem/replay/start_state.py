@@ -225,23 +225,35 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
         seg.blocks.append((addr, size, requested))
         seg.ids.append(id_)
     # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
-    # range, which begins at the lowest address the recording maps in it while it lives.
+    # range (two, where they span more than one range of the card, when an OOM tells its size), which
+    # begins at the lowest address the recording maps in it while it lives.
+    capacity = None
+    if b.ooms:  # the card's memory: what PyTorch held at the first OOM plus what the card still had free
+        held = sum(size for size, *_ in start_segments.values())
+        capacity = held + b.ooms[0]["reserved_delta"] + b.ooms[0]["device_free"]
     ranges: list[StartRange] = []
     for addr in expandable_runs:
         run = by_addr.pop(addr)
-        if not ranges or (ranges[-1].stream, ranges[-1].is_small) != (run.stream, run.is_small):
+        last = ranges[-1] if ranges else None
+        if (last is None or (last.stream, last.is_small) != (run.stream, run.is_small)
+                or (capacity is not None and run.addr + run.size - last.base > _range_size(capacity, run.is_small))):
             ranges.append(StartRange(addr, run.stream, run.is_small))
         group = ranges[-1]
         group.runs.append((run.addr, run.size))
         group.blocks += run.blocks
         group.ids += run.ids
     _lower_bases(ranges, b)
-    if b.ooms:  # the card's memory: what PyTorch held at the first OOM plus what the card still had free
-        held = sum(seg.size for seg in by_addr.values()) + sum(size for r in ranges for _, size in r.runs)
-        _fit_between(ranges, held + b.ooms[0]["reserved_delta"] + b.ooms[0]["device_free"])
+    if capacity is not None:
+        _fit_between(ranges, capacity)
     state.segments = [by_addr[a] for a in order if a in by_addr]
     state.ranges = ranges
     return state
+
+
+def _range_size(capacity: int, is_small: bool) -> int:
+    from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
+
+    return range_size(capacity, SMALL_PAGE if is_small else LARGE_PAGE)
 
 
 def _fit_between(ranges: list[StartRange], capacity: int) -> None:
