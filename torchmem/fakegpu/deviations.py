@@ -60,8 +60,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
         " just before a request leaves the same releases, and under max_split_size_mb so does the allocator's "
         "first, uncounted release (release_available_cached_blocks). The replay makes the recorded releases and "
         "counts a run as a retry (torchmem/replay/retries.py) where the allocator could not have made the segment"
-        " before it: over the card's memory (known from a recorded OOM) or over a memory fraction's limit (the "
-        "lowest the trace allows); without either, or under garbage collection, it counts none.",
+        " before it: over the card's memory (known from a recorded OOM; else at least the most the recording "
+        "held) or over a memory fraction's limit (the lowest the trace allows); under garbage collection it "
+        "counts none.",
         lambda w, p: _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(

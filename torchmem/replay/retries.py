@@ -17,8 +17,9 @@ PyTorch made.
 - A program's empty_cache() followed by a new segment looks the same in the
   trace. A run is a retry only where the allocator could not have made the
   new segment beside what was reserved before the run: over the card's
-  memory (known from a recorded OOM) or over a memory fraction's limit
-  (memory_limit.py). Without either, no run is counted.
+  memory (known from a recorded OOM; without one, the card holds at least
+  the most the recording held, and a run over that is taken as a retry) or
+  over a memory fraction's limit (memory_limit.py).
 - The new segment asks the device for its request's alloc_size (for a map of
   an expandable range, the request's, not the pages mapped).
 - Under garbage_collection_threshold (with a memory fraction) the collector
@@ -37,7 +38,8 @@ def recorded_retries(retry_releases: list[tuple[int, int, list[int]]], conf: str
     Each run is (reserved before it, relative to the start; what the segment
     that followed asked of the device; the sizes it released). `capacity` is
     the most the allocator could reserve: the card's memory where a recorded
-    OOM tells it, or a memory fraction's limit when lower; else None.
+    OOM tells it (else the most the recording held), or a memory fraction's
+    limit when lower; None counts nothing.
     """
     if "garbage_collection_threshold" in conf or capacity is None:
         return 0

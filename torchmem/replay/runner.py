@@ -356,7 +356,9 @@ def replay(
     unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
     stats = replayer.stats()
     if follow_recording and recorded is not None:
-        known = capacity if capacity_source == "oom" else None
+        # The card's memory where an OOM tells it; else at least the most the recording held: a run of
+        # releases before a segment that would have passed it is taken as the allocator's retry.
+        known = capacity if capacity_source == "oom" else recorded.peak_reserved
         fraction = conf_fraction(conf)
         if fraction is not None and fraction < 1.0:
             # An inferred fraction's limit lies between the trace's bounds: a run of releases before a
