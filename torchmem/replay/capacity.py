@@ -8,12 +8,14 @@ addresses]), so the simulated ranges must not be larger than the recorded
 ones: a range 9/8 of an 80 GiB default spans the next range recorded on a
 24 GiB card, which then lands elsewhere and every placement after differs.
 
-`expandable_capacity()` reads the lowest address mapped in each recorded
-range and gives the largest capacity whose ranges fit between them, small
-ranges and large ones each bounded by the distance to the range after them:
-on the usual layout, where the driver reserves the ranges one after the
-other, that is the card's memory to within a page (exactly when both kinds
-of range are followed closely by another).
+`expandable_capacity()` takes each recorded range's base and the lowest
+base of a range that lived above it at the same time
+(expandable_ranges.recorded_ranges) and gives the largest capacity whose
+ranges fit between them, small ranges and large ones each bounded by their
+own distances: on the usual layout, where the driver reserves the ranges one
+after the other, that is the card's memory exactly when both kinds of range
+are followed closely by another, and to within a large page (20 MiB of
+range, about 18 MiB of card) when only large ones are.
 """
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""The card's size behind expandable ranges, and the runner's accounting of the offers at failed requests.
+
+PyTorch reserves an expandable range of 9/8 of the card rounded up to the
+page (2 MiB small, 20 MiB large). The expected sizes here come from that
+rule, written out in the test; the figures of a 4 GiB card (4608 and 4620
+MiB) are those the fake GPU's native runs show
+(tests/fakegpu/test_replay_expandable_ranges.py holds the replay to them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from torchmem.replay.capacity import expandable_capacity, largest_capacity_within, range_size
+from torchmem.replay.expandable_ranges import run_chunk
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def pytorch_range(card: int, page: int) -> int:
+    reach = card + card // 8
+    return (reach + page - 1) // page * page
+
+
+def test_range_sizes_are_pytorchs():
+    for card in (1 * GiB, 2 * GiB, 4 * GiB, 8 * GiB, 80 * GiB, 24 * 10**9):
+        assert range_size(card, 2 * MiB) == pytorch_range(card, 2 * MiB)
+        assert range_size(card, 20 * MiB) == pytorch_range(card, 20 * MiB)
+    assert range_size(4 * GiB, 2 * MiB) == 4608 * MiB and range_size(4 * GiB, 20 * MiB) == 4620 * MiB
+
+
+def test_each_kind_of_range_bounds_the_card_by_its_own_size():
+    # A 4 GiB card's ranges side by side: large (4620 MiB), large, small (4608 MiB), small, large.
+    bases = [0, 4620, 9240, 13848, 18456]
+    kinds = [False, False, True, True, False]
+    ranges = [(b * MiB, small, nxt * MiB if nxt is not None else None)
+              for b, small, nxt in zip(bases, kinds, [*bases[1:], None])]
+    assert expandable_capacity(ranges, 80 * GiB) == 4 * GiB
+    # One bound for both kinds (the distance after a small range taken for a large one) gives less.
+    assert largest_capacity_within(4608 * MiB) < 4 * GiB
+
+
+def test_a_large_range_alone_tells_the_card_to_within_a_large_page():
+    # Only a large range followed by another: every card whose large range is 2320 MiB fits (2 GiB among them).
+    capacity = expandable_capacity([(0, False, 2320 * MiB), (2320 * MiB, True, None)], 80 * GiB)
+    assert range_size(capacity, 20 * MiB) == 2320 * MiB and capacity >= 2 * GiB
+    assert range_size(capacity + 2 * MiB, 20 * MiB) > 2320 * MiB  # the largest such card
+
+
+def test_no_range_above_another_tells_nothing():
+    assert expandable_capacity([(0, False, None)], 80 * GiB) is None
+    assert expandable_capacity([(0, False, 100 * GiB)], 80 * GiB) is None  # the default's ranges fit
+
+
+@dataclass
+class Chunk:
+    ops: np.ndarray
+    ids: np.ndarray
+    sizes: np.ndarray
+    streams: np.ndarray
+    addrs: np.ndarray
+
+
+class CountingReplayer:
+    """Runs nothing; settles every offer of a run as missed, and records the runs it was given."""
+
+    def __init__(self) -> None:
+        self.fidelity = {"segments_missed": 0}
+        self.runs: list[tuple[int, int]] = []
+        self.events = 0
+        self.stopped = False
+
+    def run(self, ops, ids, sizes, streams, addrs) -> int:
+        self.runs.append((self.events, self.events + len(ops)))
+        self.fidelity["segments_missed"] += int(np.sum(ops == 3))
+        self.events += len(ops)
+        return len(ops)
+
+
+def test_run_chunk_counts_the_offers_missed_inside_windows_only():
+    ops = np.array([0, 3, 0, 3, 3, 4, 1, 3, 0], dtype=np.uint8)  # offers at 3, 4 before the failure at 5
+    zeros = np.zeros(len(ops), dtype=np.uint64)
+    chunk = Chunk(ops, zeros, zeros, zeros, zeros)
+    replayer = CountingReplayer()
+    missed = run_chunk(replayer, chunk, 0, [(3, 5)])
+    assert missed == 2 and replayer.fidelity["segments_missed"] == 4  # the other two are the trace's own
+    assert replayer.runs == [(0, 3), (3, 6), (6, 9)]  # every event once, in order
+    # A window that begins in the chunk before: only its part in this chunk is this chunk's.
+    replayer = CountingReplayer()
+    replayer.events = 100
+    assert run_chunk(replayer, chunk, 100, [(97, 101)]) == 1 and replayer.runs[0] == (100, 102)
