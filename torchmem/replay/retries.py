@@ -18,37 +18,59 @@ PyTorch made.
   trace. A run is a retry only where the allocator could not have made the
   new segment beside what was reserved before the run: over the card's
   memory (known from a recorded OOM; without one, the card holds at least
-  the most the recording held, and a run over that is taken as a retry) or
+  the most the recording held, and a run over that is taken as a retry,
+  unless it released a private pool's segments, as a dying pool does) or
   over a memory fraction's limit (memory_limit.py).
 - The new segment asks the device for its request's alloc_size (for a map of
   an expandable range, the request's, not the pages mapped).
 - Under garbage_collection_threshold (with a memory fraction) the collector
-  also releases before allocating, and the trace cannot tell its runs from
-  the retries': none is counted. Both are open deviations (docs/fakegpu.md).
+  releases first, when reserved memory is over its threshold of the
+  fraction's limit, at least down to the threshold: a run is a retry only
+  where that would not have made room. Where these rules guess wrong is an
+  open deviation (retry-count, docs/fakegpu.md).
 """
 from __future__ import annotations
 
 import re
 
 
-def recorded_retries(retry_releases: list[tuple[int, int, list[int]]], conf: str, start_reserved: int,
-                     capacity: int | None) -> int:
+def recorded_retries(retry_releases: list[tuple[int, int, list[int], bool]], conf: str, start_reserved: int,
+                     capacity: int | None, collector_limit: int | None = None, card_known: bool = True) -> int:
     """Retries PyTorch counted behind the recorded runs of releases.
 
     Each run is (reserved before it, relative to the start; what the segment
-    that followed asked of the device; the sizes it released). `capacity` is
-    the most the allocator could reserve: the card's memory where a recorded
-    OOM tells it (else the most the recording held), or a memory fraction's
-    limit when lower; None counts nothing.
+    that followed asked of the device; the sizes it released; whether one was
+    a private pool's). `capacity` is the most the allocator could reserve:
+    the card's memory where a recorded OOM tells it (card_known; else the
+    most the recording held), or a memory fraction's limit when lower; None
+    counts nothing. `collector_limit`: the memory fraction's limit, when
+    garbage_collection_threshold acts on it.
     """
-    if "garbage_collection_threshold" in conf or capacity is None:
+    if capacity is None:
         return 0
     match = re.search(r"max_split_size_mb:(\d+)", conf)
     max_split = int(match.group(1)) << 20 if match else None
+    threshold = _collector_threshold(conf, collector_limit)
     count = 0
-    for reserved_before, new_segment, sizes in retry_releases:
-        if start_reserved + reserved_before + new_segment <= capacity:
+    for reserved_before, new_segment, sizes, private in retry_releases:
+        before = start_reserved + reserved_before
+        if before + new_segment <= capacity:
             continue  # the card had room: the program's empty_cache()
+        if private and not card_known:
+            continue  # a private pool's segments, released when the pool died
+        if threshold is not None and before > threshold:
+            # The collector ran first and released at least what took reserved memory back to its
+            # threshold (or the whole run): if that made room, the allocator did not retry.
+            collected = min(before - threshold, sum(sizes))
+            if before - collected + new_segment <= capacity:
+                continue
         if max_split is None or any(size < max_split for size in sizes):
             count += 1
     return count
+
+
+def _collector_threshold(conf: str, limit: int | None) -> int | None:
+    match = re.search(r"garbage_collection_threshold:([0-9.]+)", conf)
+    if not match or limit is None:
+        return None
+    return int(float(match.group(1)) * limit)

@@ -365,7 +365,9 @@ def replay(
             # segment that would have passed the lowest is taken as the allocator's retry.
             limit = recorded.limit_low if recorded.fraction_from == "inferred" else int(fraction * float(capacity))
             known = min(known or capacity, limit or capacity)
-        stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known)
+        collector = int(fraction * float(capacity)) if fraction is not None and fraction < 1.0 else None
+        stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known,
+                                                       collector, card_known=capacity_source == "oom")
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
     if fidelity is not None:

@@ -301,9 +301,11 @@ class _Builder:
         self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
         self.pending_release_sizes: list[int] = []
+        self.run_private = False                  # the run released a private pool's segment (a pool that died)
         self.run_reserved = 0                     # reserved_delta when the run began
         self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
-        # (reserved_delta before the run, the new segment's creation, the sizes released) of each run
+        # (reserved_delta before the run, the new segment's creation, the sizes released, whether a private
+        # pool's segment was among them) of each run
         # that a new segment followed: the allocator's retry, or the program's empty_cache() (retries.py)
         self.retry_releases: list[tuple[int, int, list[int]]] = []
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
@@ -381,9 +383,11 @@ class _Builder:
             self.cols.insert(self.pending_release[0], EMPTY_CACHE)
             self.empty_cache_calls += 1
         elif self.pending_release and self.segment_after_release:
-            self.retry_releases.append((self.run_reserved, self.run_new_creation, list(self.pending_release_sizes)))
+            self.retry_releases.append((self.run_reserved, self.run_new_creation, list(self.pending_release_sizes),
+                                        self.run_private))
         self.pending_release.clear()
         self.pending_release_sizes.clear()
+        self.run_private = False
         self.segment_after_release = False
 
     def entry(self, i: int, entry: Any, free_action: str) -> None:
@@ -403,6 +407,7 @@ class _Builder:
                 self.run_reserved = self.reserved_delta
             self.pending_release.append(len(self.cols.ops))
             self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
+            self.run_private |= _pool_id(entry.get("pool_id")) not in (None, DEFAULT_POOL)
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
                 self.run_new_creation = len(self.creations)
@@ -549,7 +554,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             capacity = None
     needs = _creation_needs(b, large_segment_size(conf or ""))
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, start.reserved, b, needs, ooms)
-    retry_releases = [(before, needs[k] if k < len(needs) else 0, sizes) for before, k, sizes in b.retry_releases]
+    retry_releases = [(before, needs[k] if k < len(needs) else 0, sizes, private)
+                      for before, k, sizes, private in b.retry_releases]
     windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
                if conf and "expandable_segments:True" in conf else [])  # Note [Expandable ranges in a snapshot]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
