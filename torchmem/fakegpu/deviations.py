@@ -61,8 +61,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "first, uncounted release (release_available_cached_blocks). The replay makes the recorded releases and "
         "counts a run as a retry (torchmem/replay/retries.py) where the allocator could not have made the segment"
         " before it: over the card's memory (known from a recorded OOM; else at least the most the recording "
-        "held) or over a memory fraction's limit (the lowest the trace allows); under garbage collection it "
-        "counts none.",
+        "held) or over a memory fraction's limit (the lowest the trace allows), and under garbage collection "
+        "where the collector's share of the run would not have made room; a guess either way where a run "
+        "could be any of these.",
         lambda w, p: _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
