@@ -187,9 +187,9 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     for action, addr, size, stream in reversed(b.maps):
         (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
     finals = sorted(pool_of)
-    for start, end in final_mapped.runs():
-        first = next(((stream, size % (20 << 20) != 0) for action, addr, size, stream in b.maps
-                      if action == "segment_unmap" and addr < end and start < addr + size), None)
+    runs = final_mapped.runs()
+    first_unmap = _first_unmaps(runs, b.maps)
+    for (start, end), first in zip(runs, first_unmap):
         k = bisect.bisect_right(finals, start) - 1
         stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % (20 << 20) != 0))
         start_segments[start] = [end - start, stream, is_small, True]
@@ -248,6 +248,23 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     state.segments = [by_addr[a] for a in order if a in by_addr]
     state.ranges = ranges
     return state
+
+
+def _first_unmaps(runs: list[tuple[int, int]], maps: list[tuple[str, int, int, int]]) -> list[tuple[int, bool] | None]:
+    """(stream, is_small) of the first unmap that touches each of `runs` (sorted, disjoint), or None."""
+    starts = [start for start, _ in runs]
+    out: list[tuple[int, bool] | None] = [None] * len(runs)
+    left = len(runs)
+    for action, addr, size, stream in maps:
+        if action != "segment_unmap" or not left:
+            continue
+        k = max(0, bisect.bisect_right(starts, addr) - 1)
+        while k < len(runs) and runs[k][0] < addr + size:
+            if out[k] is None and addr < runs[k][1]:
+                out[k] = (stream, size % (20 << 20) != 0)
+                left -= 1
+            k += 1
+    return out
 
 
 def _range_size(capacity: int, is_small: bool) -> int:
