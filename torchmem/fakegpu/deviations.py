@@ -92,9 +92,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "torchmem/replay/capacity.py), and on the larger card the replay maps a page where PyTorch's ran out; "
         "and a failed request that maps pages before it fails has them unmapped by the release after it, which "
         "the replay makes, as recorded, before the request, so the trace's order differs. (Where the statistics "
-        "show the full card: a retry, a device map or the reserved peak differ.)",
+        "show the full card: a retry, a device map or unmap, or the reserved peak differ.)",
         lambda w, p: _conf_has(w, "expandable_segments:True") and not w.record_at
-        and bool(_stat_keys(" ".join(p)) & {"num_alloc_retries", "num_device_alloc", "reserved_bytes.all.peak"}),
+        and bool(_stat_keys(" ".join(p)) & {"num_alloc_retries", "num_device_alloc", "num_device_free",
+                                             "reserved_bytes.all.peak"}),
     ),
 )
 
