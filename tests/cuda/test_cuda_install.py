@@ -219,6 +219,33 @@ def test_set_per_process_memory_fraction_limits_reserved_memory():
     assert r["raised"]
 
 
+def test_a_memory_fraction_counts_a_private_pool_with_the_default_pool():
+    """As PyTorch's total_allocated_memory (checked natively on the fake GPU: PyTorch refuses the same request):
+    a MemPool's new segment is refused when the device's reserved bytes, the default pool's included, would
+    pass the fraction's limit, though the pool's own would not (core/base/device_reserved.h)."""
+    r = run_json(
+        """
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(0.05)
+        outside = torch.empty(int(total * 0.03), dtype=torch.uint8, device="cuda")
+        pool = torch.cuda.MemPool()
+        refused = False
+        with torch.cuda.use_mem_pool(pool):
+            small = torch.empty(int(total * 0.01), dtype=torch.uint8, device="cuda")
+            try:
+                torch.empty(int(total * 0.03), dtype=torch.uint8, device="cuda")
+            except torch.cuda.OutOfMemoryError:
+                refused = True
+        del outside
+        torch.cuda.empty_cache()
+        with torch.cuda.use_mem_pool(pool):  # the default pool's memory given back: now it fits
+            later = torch.empty(int(total * 0.03), dtype=torch.uint8, device="cuda")
+        print(json.dumps({"refused": refused}))
+        """
+    )
+    assert r["refused"]
+
+
 def test_cuda_graph_capture_and_replay_with_a_private_pool():
     r = run_json(
         """
