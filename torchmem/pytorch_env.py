@@ -30,6 +30,15 @@ def pytorch_conf(environ: Mapping[str, str] | None = None) -> tuple[str, str] | 
     return None
 
 
+def conf_value(conf: str, key: str) -> str | None:
+    """The value of `key` in a settings string ("max_split_size_mb:64,..."), or None when it has none."""
+    for item in conf.split(","):
+        name, _, value = item.partition(":")
+        if name.strip() == key:
+            return value.strip()
+    return None
+
+
 def recorded_conf_string(settings: Mapping) -> str | None:
     """The settings string of a snapshot's ``allocator_settings`` (CUDA builds write it under
     PYTORCH_CUDA_ALLOC_CONF, some builds for other devices under PYTORCH_ALLOC_CONF)."""

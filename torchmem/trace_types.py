@@ -18,6 +18,8 @@ from typing import Any, Iterator
 import numpy as np
 
 ALLOC, FREE = 0, 1
+# The replay's other events (csrc/core/replay/replayer.h, ReplayOp), made from snapshots (replay/snapshot_trace.py).
+EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL, FREE_REQUESTED = 2, 3, 4, 5, 6, 7, 8
 CHUNK = 1 << 16
 
 # Actions of PyTorch's device_traces, and what replay does with each.

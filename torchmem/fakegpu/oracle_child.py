@@ -30,6 +30,7 @@ import sys
 import torch
 
 from torchmem.fakegpu import Control
+from torchmem.pytorch_env import conf_value
 
 STAT_KEYS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",
              "reserved_bytes.all.current", "num_alloc_retries", "num_ooms", "segment.all.peak",
@@ -114,11 +115,8 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
 
 def configured_fraction() -> float:
     """The per_process_memory_fraction of PYTORCH_CUDA_ALLOC_CONF (1.0 when it has none)."""
-    for item in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "").split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "per_process_memory_fraction":
-            return float(value)
-    return 1.0
+    value = conf_value(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "per_process_memory_fraction")
+    return float(value) if value is not None else 1.0
 
 
 def release_kept_ranges(streams: list) -> None:

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torchmem.replay.capacity import SMALL_PAGE, range_size
+from torchmem.trace_types import ALLOC, FAILED_ALLOC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
 if TYPE_CHECKING:
     from torchmem.replay.snapshot_trace import _Builder
     from torchmem.replay.start_state import StartState
 
 SMALL_REQUEST = 1 << 20  # requests up to 1 MiB use the small pool
-_SEGMENT_ADDRESS, _FAILED, _RELEASE, _SURVIVED, _POOL = 3, 4, 5, 6, 7
-_ALLOCATING = (0, _FAILED, _SURVIVED)  # ops that settle the device's offers (Replayer::allocate)
+_ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
 
 
 @dataclass
@@ -73,7 +73,7 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
     known (`capacity` None) or no request failed.
     """
     cols = b.cols
-    if capacity is None or not any(op in (_FAILED, _SURVIVED) for op in cols.ops):
+    if capacity is None or not any(op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC) for op in cols.ops):
         return []
     sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
     live: list[_Range] = []
@@ -101,7 +101,7 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
                 r.mapped -= size
                 if r.mapped <= 0:  # none of its pages mapped: PyTorch gives the range back
                     live.remove(r)
-        elif op in (_FAILED, _SURVIVED):
+        elif op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC):
             key = (pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
             failures.append((pos, key, list(live)))
     # A range the replay reserves where nothing was offered (one a failed request reserved and the
@@ -122,7 +122,7 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
     for pos, offers in inserts:
         at = pos + shift
         for k, (base, stream) in enumerate(offers):
-            cols.insert(at + k, _SEGMENT_ADDRESS)
+            cols.insert(at + k, SEGMENT_ADDRESS)
             cols.addrs[at + k], cols.streams[at + k] = base, stream
         windows.append((at, at + len(offers)))
         shift += len(offers)
@@ -140,10 +140,10 @@ def _events(b: _Builder) -> list[tuple[int, str, int, int, int, int]] | None:
     out = []
     k = 0
     for pos, op in enumerate(cols.ops):
-        if op == _SEGMENT_ADDRESS and cols.sizes[pos] == 0:
+        if op == SEGMENT_ADDRESS and cols.sizes[pos] == 0:
             if k >= len(b.maps) or b.maps[k][0] != "segment_map" or b.maps[k][1] != cols.addrs[pos]:
                 return None
-        elif op == _RELEASE:
+        elif op == RELEASE_SEGMENT:
             if k >= len(b.maps) or b.maps[k][0] != "segment_unmap" or b.maps[k][1] != cols.addrs[pos]:
                 continue  # a fixed segment's segment_free
         else:
@@ -159,7 +159,7 @@ def _request_pools(ops: list[int], ids: list[int]) -> list[int]:
     trace enters a request's pool at the request, after the maps it made)."""
     now, at_request = 0, []
     for op, id_ in zip(ops, ids):
-        if op == _POOL:
+        if op == POOL:
             now = id_
         at_request.append(now)
     out = [0] * len(ops)
@@ -176,7 +176,7 @@ def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
     for k in range(pos - 1, -1, -1):
         if ops[k] in _ALLOCATING:
             return False
-        if ops[k] == _SEGMENT_ADDRESS:
+        if ops[k] == SEGMENT_ADDRESS:
             return True
     return False
 

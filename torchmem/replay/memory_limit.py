@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
+from torchmem.pytorch_env import conf_value
 from torchmem.replay.capacity import segment_request
 
 
@@ -101,14 +102,11 @@ def infer_fraction(total: int | None, b: LimitBounds, configured: float | None) 
 
 def conf_fraction(conf: str) -> float | None:
     """The per_process_memory_fraction of a config string, or None."""
-    for item in conf.split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "per_process_memory_fraction":
-            try:
-                return float(value)
-            except ValueError:
-                return None
-    return None
+    value = conf_value(conf, "per_process_memory_fraction")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def format_fraction(fraction: float) -> str:

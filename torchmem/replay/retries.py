@@ -31,7 +31,28 @@ PyTorch made.
 """
 from __future__ import annotations
 
-import re
+from typing import Any
+
+from torchmem.pytorch_env import conf_value
+from torchmem.replay.memory_limit import conf_fraction
+
+
+def replay_retries(recorded: Any, conf: str, capacity: int, card_known: bool) -> int:
+    """The retries behind a followed recording's releases (`recorded`: its RecordedRun).
+
+    The most the allocator could reserve: the card (`capacity`, where an OOM
+    told it: card_known; else at least the most the recording held), or a
+    memory fraction's limit when lower (an inferred fraction's lowest, the
+    trace's bound).
+    """
+    most = capacity if card_known else recorded.peak_reserved
+    fraction = conf_fraction(conf)
+    collector = None
+    if fraction is not None and fraction < 1.0:
+        collector = int(fraction * float(capacity))
+        limit = recorded.limit_low if recorded.fraction_from == "inferred" else collector
+        most = min(most or capacity, limit or capacity)
+    return recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, most, collector, card_known)
 
 
 def recorded_retries(retry_releases: list[tuple[int, int, list[int], bool]], conf: str, start_reserved: int,
@@ -48,8 +69,8 @@ def recorded_retries(retry_releases: list[tuple[int, int, list[int], bool]], con
     """
     if capacity is None:
         return 0
-    match = re.search(r"max_split_size_mb:(\d+)", conf)
-    max_split = int(match.group(1)) << 20 if match else None
+    split = conf_value(conf, "max_split_size_mb")
+    max_split = int(split) << 20 if split is not None and split.isdigit() else None
     threshold = _collector_threshold(conf, collector_limit)
     count = 0
     for reserved_before, new_segment, sizes, private in retry_releases:
@@ -70,7 +91,10 @@ def recorded_retries(retry_releases: list[tuple[int, int, list[int], bool]], con
 
 
 def _collector_threshold(conf: str, limit: int | None) -> int | None:
-    match = re.search(r"garbage_collection_threshold:([0-9.]+)", conf)
-    if not match or limit is None:
+    value = conf_value(conf, "garbage_collection_threshold")
+    if value is None or limit is None:
         return None
-    return int(float(match.group(1)) * limit)
+    try:
+        return int(float(value) * limit)
+    except ValueError:
+        return None

@@ -26,10 +26,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from torchmem import _C
-from torchmem.replay.retries import recorded_retries
+from torchmem.replay.retries import replay_retries
 from torchmem.replay.expandable_ranges import run_chunk
 from torchmem.replay.capacity import recorded_capacity
-from torchmem.replay.memory_limit import conf_fraction
 from torchmem.sizes import fmt_size, gib  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
 
@@ -356,18 +355,7 @@ def replay(
     unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
     stats = replayer.stats()
     if follow_recording and recorded is not None:
-        # The card's memory where an OOM tells it; else at least the most the recording held: a run of
-        # releases before a segment that would have passed it is taken as the allocator's retry.
-        known = capacity if capacity_source == "oom" else recorded.peak_reserved
-        fraction = conf_fraction(conf)
-        if fraction is not None and fraction < 1.0:
-            # An inferred fraction's limit lies between the trace's bounds: a run of releases before a
-            # segment that would have passed the lowest is taken as the allocator's retry.
-            limit = recorded.limit_low if recorded.fraction_from == "inferred" else int(fraction * float(capacity))
-            known = min(known or capacity, limit or capacity)
-        collector = int(fraction * float(capacity)) if fraction is not None and fraction < 1.0 else None
-        stats["num_alloc_retries"] += recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, known,
-                                                       collector, card_known=capacity_source == "oom")
+        stats["num_alloc_retries"] += replay_retries(recorded, conf, capacity, card_known=capacity_source == "oom")
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
     if fidelity is not None:

@@ -38,13 +38,13 @@ import numpy as np
 
 from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
+from torchmem.pytorch_env import conf_value
 from torchmem.replay.entries import int_field
 from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
-from torchmem.trace_types import ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, Chunk, Trace, TraceError
+from torchmem.trace_types import (ALLOC, CHUNK, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
+                                  SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, Chunk, Trace, TraceError)
 
-# Replay events beyond alloc (0) and free (1); see csrc/core/replayer.h.
-EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL, FREE_REQUESTED = 2, 3, 4, 5, 6, 7, 8
 DEFAULT_POOL = (0, 0)
 
 
@@ -126,13 +126,13 @@ def _creation_needs(b: "_Builder", lss: int) -> list[int]:
     return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
 
 
-def _with_fraction(conf: str | None, capacity: int | None, start_reserved: int, b: "_Builder", needs: list[int],
+def _with_fraction(conf: str | None, capacity: int | None, creations: list[tuple[int, int]],
                    ooms: list[dict]) -> tuple[str | None, str, int | None]:
     """The recorded config with the memory fraction the trace shows (memory_limit.py), where it comes from,
-    and for an inferred one the lowest limit the trace allows."""
-    lss = large_segment_size(conf or "")
-    creations = [(start_reserved + c[0], need) for c, need in zip(b.creations, needs)]
-    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], lss)
+    and for an inferred one the lowest limit the trace allows. `creations`: (reserved before, need) of
+    every segment made, reserved bytes absolute."""
+    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
+                    large_segment_size(conf or ""))
     fraction, source = infer_fraction(capacity if ooms else None, limits, conf_fraction(conf or ""))
     if conf is None and fraction is None:
         return None, source, None  # no settings recorded, and nothing to add
@@ -145,11 +145,8 @@ def _with_fraction(conf: str | None, capacity: int | None, start_reserved: int, 
 
 def large_segment_size(conf: str) -> int:
     """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB)."""
-    for item in conf.split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "large_segment_size_mb" and value.strip().isdigit():
-            return int(value) << 20
-    return LARGE_PAGE
+    value = conf_value(conf, "large_segment_size_mb")
+    return int(value) << 20 if value is not None and value.isdigit() else LARGE_PAGE
 
 
 def _conf_only_items(conf: Any) -> list[str]:
@@ -553,7 +550,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         else:
             capacity = None
     needs = _creation_needs(b, large_segment_size(conf or ""))
-    conf, fraction_from, limit_low = _with_fraction(conf, capacity, start.reserved, b, needs, ooms)
+    creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
+    conf, fraction_from, limit_low = _with_fraction(conf, capacity, creations, ooms)
     retry_releases = [(before, needs[k] if k < len(needs) else 0, sizes, private)
                       for before, k, sizes, private in b.retry_releases]
     windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
