@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +30,8 @@ from torchmem import preflight
 @pytest.mark.parametrize("kind", sorted(workloads.KINDS))
 def test_a_training_step_allocates_what_its_live_tensors_need_on_the_cpu(kind):
     on_cpu = workloads.measure(kind, "cpu")
-    report = preflight.run(workloads.measure, kind, "cuda", card="h100", advise=False)
+    report = retrying_exit_aborts(lambda attempt: preflight.run(workloads.measure, kind, "cuda", card="h100",
+                                                                 advise=False))
     assert report.fits
     on_card = report.value
     assert on_card["cudnn"] is False
@@ -41,12 +43,25 @@ def test_a_training_step_allocates_what_its_live_tensors_need_on_the_cpu(kind):
 
 
 def aborted_at_exit(exc: Exception) -> bool:
-    """Whether a rank died of SIGABRT: torchrun's root cause, in the traceback file the error names."""
+    """Whether a process died of SIGABRT: its exit status, or torchrun's root cause in the traceback file
+    the error names."""
     text = str(exc)
     named = re.search(r"traceback in (\S+\.traceback\.txt)", text)
     if named and os.path.exists(named.group(1)):
         text += open(named.group(1)).read()
-    return "SIGABRT" in text
+    return "SIGABRT" in text or "exited with status -6" in text
+
+
+def retrying_exit_aborts(run):
+    """run(attempt), retried up to twice when a process aborts at interpreter exit (SIGABRT, "terminate
+    called without an active exception", after its snapshot is written): an open bug, seen in a 2-rank DDP
+    job and once in a single-process step on the fake GPU. Any other failure, or a third abort, fails."""
+    for attempt in range(3):
+        try:
+            return run(attempt)
+        except preflight.PreflightError as exc:
+            if attempt == 2 or not aborted_at_exit(exc):
+                raise
 
 
 def test_a_two_rank_ddp_job_under_torchrun_runs_with_gloo_and_each_rank_is_recorded(tmp_path):
@@ -64,17 +79,9 @@ def test_a_two_rank_ddp_job_under_torchrun_runs_with_gloo_and_each_rank_is_recor
                                      "24GiB", devices=2, out=out, advise=False, capture_output=True,
                                      env=dict(os.environ, PYTHONPATH=ROOT))
 
-    # An open bug: now and then a rank aborts at interpreter exit (SIGABRT, "terminate called without an
-    # active exception") after writing its snapshot, and torchrun stops the other (SIGTERM). Up to two
-    # retries of that abort; any other failure, or a third abort, fails.
-    for attempt in range(3):
-        out = tmp_path / f"run{attempt}"
-        try:
-            report = run(out)
-            break
-        except preflight.PreflightError as exc:
-            if attempt == 2 or not aborted_at_exit(exc):
-                raise
+    # A rank that aborts at exit makes torchrun stop the other (SIGTERM): see retrying_exit_aborts.
+    report = retrying_exit_aborts(lambda attempt: run(tmp_path / f"run{attempt}"))
+    out = Path(report.out)
     assert report.fits, report.captured[1][-3000:]
     ranks = [json.loads((results / f"rank{n}.json").read_text()) for n in (0, 1)]
     assert [r["rank"] for r in ranks] == [0, 1] and {r["backend"] for r in ranks} == {"gloo"}
