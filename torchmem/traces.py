@@ -165,9 +165,23 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
     from torchmem.safe_pickle import gc_paused
 
     with gc_paused():  # millions of entries are built and read: see gc_paused
-        # A replay needs no stacks: the pickle's frames lists are not even built.
+        # A replay needs no stacks: the pickle's frames lists are not even built...
         snapshot = load_snapshot_pickle(path, without_frames=True) if fmt == PICKLE else load_snapshot_json(path)
-        return snapshot_trace(snapshot, path, device, skip_bad_events)
+        trace = snapshot_trace(snapshot, path, device, skip_bad_events)
+        if fmt == PICKLE and trace.recorded is not None and trace.recorded.retry_releases and _has_stacks(path):
+            # ...except to tell who released segments before a new one: the allocator's retry, or the
+            # program's empty_cache() (release_runs.release_origin). Rare: the file is read again, whole.
+            del snapshot, trace
+            trace = snapshot_trace(load_snapshot_pickle(path), path, device, skip_bad_events)
+        return trace
+
+
+def _has_stacks(path: str) -> bool:
+    """Whether a snapshot pickle holds any stack frame (PyTorch names each frame's "filename")."""
+    import mmap
+
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return data.find(b"filename") >= 0
 
 
 def write_jsonl(trace: Trace, path: str) -> int:

@@ -77,21 +77,25 @@ int cublasLtGetProperty(int type, int *value) {
 int cublasLtCreate(void **handle) { return create(handle, 0); }
 int cublasLtDestroy(void *handle) { return destroy(handle); }
 
+/* Destroy, SetAttribute and GetAttribute of one descriptor kind: attributes are accepted, and read back as zeros. */
+#define FG_LT_DESCRIPTOR(Kind)                                                                      \
+  int cublasLt##Kind##Destroy(void *obj) { return destroy(obj); }                                   \
+  int cublasLt##Kind##SetAttribute(void *obj, int attr, const void *buf, size_t size) {             \
+    (void)attr;                                                                                     \
+    return set_attribute(obj, buf, size);                                                           \
+  }                                                                                                 \
+  int cublasLt##Kind##GetAttribute(void *obj, int attr, void *buf, size_t size, size_t *written) {  \
+    (void)obj;                                                                                      \
+    (void)attr;                                                                                     \
+    return get_attribute(buf, size, written);                                                       \
+  }
+
 int cublasLtMatmulDescCreate(void **desc, int compute_type, int scale_type) {
   (void)compute_type;
   (void)scale_type;
   return create(desc, 1);
 }
-int cublasLtMatmulDescDestroy(void *desc) { return destroy(desc); }
-int cublasLtMatmulDescSetAttribute(void *desc, int attr, const void *buf, size_t size) {
-  (void)attr;
-  return set_attribute(desc, buf, size);
-}
-int cublasLtMatmulDescGetAttribute(void *desc, int attr, void *buf, size_t size, size_t *written) {
-  (void)desc;
-  (void)attr;
-  return get_attribute(buf, size, written);
-}
+FG_LT_DESCRIPTOR(MatmulDesc)
 
 int cublasLtMatrixLayoutCreate(void **layout, int type, uint64_t rows, uint64_t cols, int64_t ld) {
   (void)type;
@@ -100,28 +104,10 @@ int cublasLtMatrixLayoutCreate(void **layout, int type, uint64_t rows, uint64_t 
   (void)ld;
   return create(layout, 2);
 }
-int cublasLtMatrixLayoutDestroy(void *layout) { return destroy(layout); }
-int cublasLtMatrixLayoutSetAttribute(void *layout, int attr, const void *buf, size_t size) {
-  (void)attr;
-  return set_attribute(layout, buf, size);
-}
-int cublasLtMatrixLayoutGetAttribute(void *layout, int attr, void *buf, size_t size, size_t *written) {
-  (void)layout;
-  (void)attr;
-  return get_attribute(buf, size, written);
-}
+FG_LT_DESCRIPTOR(MatrixLayout)
 
 int cublasLtMatmulPreferenceCreate(void **pref) { return create(pref, 3); }
-int cublasLtMatmulPreferenceDestroy(void *pref) { return destroy(pref); }
-int cublasLtMatmulPreferenceSetAttribute(void *pref, int attr, const void *buf, size_t size) {
-  (void)attr;
-  return set_attribute(pref, buf, size);
-}
-int cublasLtMatmulPreferenceGetAttribute(void *pref, int attr, void *buf, size_t size, size_t *written) {
-  (void)pref;
-  (void)attr;
-  return get_attribute(buf, size, written);
-}
+FG_LT_DESCRIPTOR(MatmulPreference)
 
 static void one_result(fg_lt_heuristic *result) {
   memset(result, 0, sizeof *result);

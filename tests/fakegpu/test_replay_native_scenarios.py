@@ -106,6 +106,13 @@ SCENARIOS["held-over-80GiB"] = W(4, "", 141 * GiB, [["a", 10_000 + i, 10 * GiB, 
 SCENARIOS["retry"] = W(0, "", 60 * MiB, [["a", 0, 2 * MiB, 0]] + [["a", i, 12 * MiB, 0] for i in (1, 2, 3)]
                        + [["f", 1], ["f", 2], ["f", 3], ["a", 4, 30 * MiB, 0]])
 
+# The program's empty_cache() just before a request the recording never held room for, and a real retry: with
+# stacks (PyTorch's default context="all"), and the first without.
+_cached = [["a", 0, 600 * MiB, 0], ["f", 0]]
+SCENARIOS["empty_cache-then-request"] = W(0, "", 1 * GiB, _cached + [["e"], ["a", 1, 700 * MiB, 0]], stacks=True)
+SCENARIOS["empty_cache-then-request-no-stacks"] = W(0, "", 1 * GiB, _cached + [["e"], ["a", 1, 700 * MiB, 0]])
+SCENARIOS["retry-with-stacks"] = W(0, "", 1 * GiB, _cached + [["a", 1, 700 * MiB, 0]], stacks=True)
+
 
 # Scenarios whose replay differs from PyTorch's allocator: what differs.
 RANGE = ("expandable-range-placement (torchmem/fakegpu/deviations.py): the replay reserves the expandable range at "
@@ -118,6 +125,9 @@ DIVERGES = {
                                       "MiB, the replay 40 MiB at another address)",
     "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
                                        "does not release",
+    "empty_cache-then-request-no-stacks": "retry-count (torchmem/fakegpu/deviations.py): without stacks, the "
+                                          "program's empty_cache() before a request over the most the recording "
+                                          "held is taken as the allocator's retry (num_alloc_retries 0 vs 1)",
 }
 
 
@@ -383,6 +393,23 @@ def test_split_segments_are_not_released_on_retry(native):
     # No OOM tells the card; the release run before a segment that passes the most the recording held is
     # taken as the allocator's retry (torchmem/replay/retries.py).
     assert result.stats["num_alloc_retries"] == 1
+
+
+def test_stacks_tell_the_programs_empty_cache_from_a_retry(native):
+    """The same releases before the same request: the program's empty_cache() (no retry) or PyTorch's own
+    release after a failed cudaMalloc (a retry). A trace with stacks tells them apart by the releases' stack
+    (torchmem/replay/release_runs.py); without, the card's size would have to, and no OOM tells it here."""
+    for name, retries in (("empty_cache-then-request", 0), ("retry-with-stacks", 1)):
+        _, snap, path, report = recorded(native, name)
+        assert report["stats"]["num_alloc_retries"] == retries
+        [release] = entries(snap, "segment_free")
+        assert release.get("frames"), "recorded with stacks"
+        result = sim.replay(str(path))
+        assert result.exact and result.stats["num_alloc_retries"] == retries
+    _, snap, path, report = recorded(native, "empty_cache-then-request-no-stacks")
+    [release] = entries(snap, "segment_free")
+    assert not release.get("frames") and report["stats"]["num_alloc_retries"] == 0
+    assert sim.replay(str(path)).stats["num_alloc_retries"] == 1  # the open retry-count deviation
 
 
 @pytest.mark.parametrize("name", AGED)

@@ -56,15 +56,17 @@ DEVIATIONS: tuple[Deviation, ...] = (
     Deviation(
         "retry-count",
         "num_alloc_retries: PyTorch counts a retry each time it releases its whole cache and allocates again "
-        "after a failed device allocation. A trace shows the releases, not the failure: a program's empty_cache()"
-        " just before a request leaves the same releases, and under max_split_size_mb so does the allocator's "
-        "first, uncounted release (release_available_cached_blocks). The replay makes the recorded releases and "
-        "counts a run as a retry (torchmem/replay/retries.py) where the allocator could not have made the segment"
-        " before it: over the card's memory (known from a recorded OOM; else at least the most the recording "
-        "held) or over a memory fraction's limit (the lowest the trace allows), and under garbage collection "
-        "where the collector's share of the run would not have made room; a guess either way where a run "
-        "could be any of these.",
-        lambda w, p: _only_stats(p, {"num_alloc_retries"}),
+        "after a failed device allocation. A trace shows the releases, not the failure. The replay counts a run "
+        "of releases before a new segment as a retry (torchmem/replay/retries.py) where the allocator could not "
+        "have made the segment before it (over the card's memory, known from a recorded OOM, else at least the "
+        "most the recording held, or over a memory fraction's limit) and the run is not what "
+        "max_split_size_mb's first, uncounted release would free. Where the trace records Python stacks "
+        "(PyTorch's default), they tell the allocator's releases from the program's empty_cache(), and the count "
+        "is exact but under garbage_collection_threshold, whose collector can release past its target before "
+        "the request: a trace does not show where its releases end and a retry's begin. Without stacks, a "
+        "program's empty_cache() just before a request leaves the same releases as a retry.",
+        lambda w, p: (not w.stacks or _conf_has(w, "garbage_collection_threshold"))
+        and _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
         "fraction-limit",

@@ -73,6 +73,9 @@ class Workload:
     ops: list = field(default_factory=list)
     fraction: float | None = None
     record_at: int = 0  # 0: recorded from the start; else the op where recording begins
+    # Python stacks on every trace entry (PyTorch's default context="all"); else none (context=None):
+    # odd seeds record them, so the replay's rules for either kind of snapshot are held to PyTorch.
+    stacks: bool = False
 
     def describe(self) -> str:
         parts = [f"seed {self.seed}", f"conf {self.conf or '(defaults)'}", f"card {self.card / GiB:g} GiB",
@@ -81,6 +84,8 @@ class Workload:
             parts.append(f"fraction {self.fraction:g}")
         if self.record_at:
             parts.append(f"recorded from op {self.record_at}")
+        if self.stacks:
+            parts.append("with stacks")
         return ", ".join(parts)
 
 
@@ -130,7 +135,7 @@ def generate(seed: int, conf: str | None = None) -> Workload:
             if rng.random() < 0.5:
                 ops.insert(rng.randrange(at + 1, len(ops) + 1), [kind + "d"])
     record_at = rng.randrange(1, len(ops) // 2) if rng.random() < 0.2 else 0
-    return Workload(seed, conf, card, ops, fraction, record_at)
+    return Workload(seed, conf, card, ops, fraction, record_at, stacks=seed % 2 == 1)
 
 
 # ------------------------------------------------------------------ running natively
@@ -249,7 +254,7 @@ def check(workloads: list[Workload], progress: Callable[[int], None] | None = No
 def _without(w: Workload, start: int, stop: int) -> Workload:
     ops = w.ops[:start] + w.ops[stop:]
     record_at = 0 if not w.record_at else max(1, min(len(ops) - 1, w.record_at - max(0, min(stop, w.record_at) - start)))
-    return Workload(w.seed, w.conf, w.card, ops, w.fraction, record_at)
+    return Workload(w.seed, w.conf, w.card, ops, w.fraction, record_at, w.stacks)
 
 
 def problem_kind(problem: str) -> str:

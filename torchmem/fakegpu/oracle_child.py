@@ -18,7 +18,8 @@ out of memory, caught; ["r"] start recording here (a run recorded mid-way);
 ["g", [sizes]] capture a CUDA graph that allocates these sizes (its private
 pool lives while the graph does); ["m", [sizes]] allocate them inside
 torch.cuda.use_mem_pool of a new torch.cuda.MemPool; ["gd"] / ["md"] drop the
-oldest graph / pool with its tensors.
+oldest graph / pool with its tensors. With "stacks" true, every trace entry
+records its Python stack (PyTorch's default context="all"); else none.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
 
     def record() -> None:
         nonlocal recording
-        torch.cuda.memory._record_memory_history(context=None, stacks="python", max_entries=1_000_000,
+        context = "all" if workload.get("stacks") else None  # Python stacks on every entry, or none
+        torch.cuda.memory._record_memory_history(context=context, stacks="python", max_entries=1_000_000,
                                                  clear_history=True)
         recording = True
 

@@ -11,13 +11,24 @@ PyTorch made.
 
 - Without max_split_size the second step does nothing: every such run is a
   retry.
-- With it, a run that released only segments of max_split_size or more is
-  taken as the second step (no retry); one that released anything smaller
-  was the third.
-- A program's empty_cache() followed by a new segment looks the same in the
-  trace. A run is a retry only where the allocator could not have made the
-  new segment beside what was reserved before the run: over the card's
-  memory (known from a recorded OOM; without one, the card holds at least
+- With it, the second step frees one cached oversize segment (max_split_size
+  or more) of the request's stream big enough for the request, or else its
+  stream's oversize segments from the largest down until they add up to
+  the request; the third frees every unsplit cached segment. A run that
+  released what the second step alone would have (one segment of the
+  stream at least the request's size, or the stream's segments in falling
+  sizes that reach the request's only with the last) is taken as the second
+  step (no retry); any other run was the third. With expandable segments, a
+  run of oversize segments alone is taken as the second step.
+- Where the trace records Python stacks (PyTorch's default, context="all"),
+  a run under the stack of the request that made the new segment was the
+  allocator's, and any other stack is the program's (empty_cache(), a pool
+  dying): release_runs.release_origin.
+- Without stacks, a program's empty_cache() followed by a new segment looks
+  the same in the trace. Either way a run is a retry only where the
+  allocator could not have made the new segment beside what was reserved
+  before the run: over the card's memory (known from a recorded OOM;
+  without one, the card holds at least
   the most the recording held, and a run over that is taken as a retry,
   unless it released a private pool's segments, as a dying pool does) or
   over a memory fraction's limit (memory_limit.py).
@@ -35,6 +46,7 @@ from typing import Any
 
 from torchmem.pytorch_env import conf_value
 from torchmem.replay.memory_limit import conf_fraction
+from torchmem.replay.release_runs import PROGRAM, ReleaseRun
 
 
 def replay_retries(recorded: Any, conf: str, capacity: int, card_known: bool) -> int:
@@ -55,39 +67,51 @@ def replay_retries(recorded: Any, conf: str, capacity: int, card_known: bool) ->
     return recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, most, collector, card_known)
 
 
-def recorded_retries(retry_releases: list[tuple[int, int, list[int], bool]], conf: str, start_reserved: int,
+def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved: int,
                      capacity: int | None, collector_limit: int | None = None, card_known: bool = True) -> int:
     """Retries PyTorch counted behind the recorded runs of releases.
 
-    Each run is (reserved before it, relative to the start; what the segment
-    that followed asked of the device; the sizes it released; whether one was
-    a private pool's). `capacity` is the most the allocator could reserve:
-    the card's memory where a recorded OOM tells it (card_known; else the
-    most the recording held), or a memory fraction's limit when lower; None
+    `capacity` is the most the allocator could reserve: the card's memory
+    where a recorded OOM tells it (card_known; else the most the recording
+    held: a lower bound), or a memory fraction's limit when lower; None
     counts nothing. `collector_limit`: the memory fraction's limit, when
     garbage_collection_threshold acts on it.
     """
-    if capacity is None:
-        return 0
     split = conf_value(conf, "max_split_size_mb")
     max_split = int(split) << 20 if split is not None and split.isdigit() else None
     threshold = _collector_threshold(conf, collector_limit)
     count = 0
-    for reserved_before, new_segment, sizes, private in retry_releases:
-        before = start_reserved + reserved_before
-        if before + new_segment <= capacity:
-            continue  # the card had room: the program's empty_cache()
-        if private and not card_known:
+    expandable = conf_value(conf, "expandable_segments") == "True"
+    for run in retry_releases:
+        before = start_reserved + run.reserved_before
+        if run.origin == PROGRAM or capacity is None or before + run.new_segment <= capacity:
+            continue  # the program's (its stack says so), or the card had room: no request failed
+        if run.origin is None and run.private and not card_known:
             continue  # a private pool's segments, released when the pool died
         if threshold is not None and before > threshold:
             # The collector ran first and released at least what took reserved memory back to its
             # threshold (or the whole run): if that made room, the allocator did not retry.
-            collected = min(before - threshold, sum(sizes))
-            if before - collected + new_segment <= capacity:
+            collected = min(before - threshold, sum(run.sizes))
+            if before - collected + run.new_segment <= capacity:
                 continue
-        if max_split is None or any(size < max_split for size in sizes):
+        if max_split is None or not _second_step(run, max_split, expandable):
             count += 1
     return count
+
+
+def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
+    """Whether release_available_cached_blocks alone made this run (see the module's docstring)."""
+    if any(size < max_split for size in run.sizes):
+        return False
+    if expandable:
+        return True
+    if any(stream != run.stream for stream in run.streams):
+        return False
+    need = max(max_split, run.new_segment)  # the request's size, to within the 2 MiB a large segment rounds up
+    if len(run.sizes) == 1:
+        return run.sizes[0] >= need
+    falling = all(a >= b for a, b in zip(run.sizes, run.sizes[1:]))
+    return falling and sum(run.sizes[:-1]) < need <= sum(run.sizes)
 
 
 def _collector_threshold(conf: str, limit: int | None) -> int | None:

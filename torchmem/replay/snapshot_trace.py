@@ -41,6 +41,7 @@ from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction,
 from torchmem.pytorch_env import conf_value
 from torchmem.replay.entries import int_field
 from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
+from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.trace_types import (ALLOC, CHUNK, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
                                   SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, Chunk, Trace, TraceError)
@@ -298,13 +299,17 @@ class _Builder:
         self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
         self.pending_release_sizes: list[int] = []
+        self.pending_release_streams: list[int] = []
+        self.run_stream = 0                       # the stream of the segment that followed the run
         self.run_private = False                  # the run released a private pool's segment (a pool that died)
         self.run_reserved = 0                     # reserved_delta when the run began
         self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
-        # (reserved_delta before the run, the new segment's creation, the sizes released, whether a private
-        # pool's segment was among them) of each run
-        # that a new segment followed: the allocator's retry, or the program's empty_cache() (retries.py)
-        self.retry_releases: list[tuple[int, int, list[int]]] = []
+        self.run_stack: tuple | None = None       # the Python stack of the run's first release (None: not recorded)
+        self.run_origin: str | None = None        # release_origin() of the run and the segment that followed it
+        # each run that a new segment followed (the allocator's retry, or the program's empty_cache():
+        # retries.py), but those the stacks give to the program and no OOM followed, replayed as its
+        # empty_cache(); new_segment holds the segment's creation (self.creations) until the end
+        self.retry_releases: list[ReleaseRun] = []
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
         self.oom: dict | None = None  # the first oom entry
         self.ooms: list[dict] = []    # every oom entry
@@ -375,16 +380,22 @@ class _Builder:
         makes exactly these). For replays under other settings the run counts
         as the program's empty_cache() unless the allocator made it itself: a
         retry before a new segment, or the release before an out-of-memory.
+        Where the trace records stacks, a run whose stack is not the new
+        segment's is the program's (release_origin).
         """
-        if self.pending_release and next_action != "oom" and not self.segment_after_release:
+        by_program = not self.segment_after_release or self.run_origin == PROGRAM
+        if self.pending_release and next_action != "oom" and by_program:
             self.cols.insert(self.pending_release[0], EMPTY_CACHE)
             self.empty_cache_calls += 1
         elif self.pending_release and self.segment_after_release:
-            self.retry_releases.append((self.run_reserved, self.run_new_creation, list(self.pending_release_sizes),
-                                        self.run_private))
+            self.retry_releases.append(ReleaseRun(self.run_reserved, self.run_new_creation,
+                                                  list(self.pending_release_sizes), list(self.pending_release_streams),
+                                                  self.run_stream, self.run_private, self.run_origin))
         self.pending_release.clear()
         self.pending_release_sizes.clear()
+        self.pending_release_streams.clear()
         self.run_private = False
+        self.run_origin = None
         self.segment_after_release = False
 
     def entry(self, i: int, entry: Any, free_action: str) -> None:
@@ -402,12 +413,16 @@ class _Builder:
                 self.settle_release(action)
             if not self.pending_release:
                 self.run_reserved = self.reserved_delta
+                self.run_stack = python_stack(entry)
             self.pending_release.append(len(self.cols.ops))
             self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
+            self.pending_release_streams.append(entry.get("stream") if isinstance(entry.get("stream"), int) else 0)
             self.run_private |= _pool_id(entry.get("pool_id")) not in (None, DEFAULT_POOL)
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
                 self.run_new_creation = len(self.creations)
+                self.run_origin = release_origin(self.run_stack, python_stack(entry))
+                self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
             self.segment_after_release = bool(self.pending_release)
         elif action != "snapshot" and not (action.startswith("free") and action != free_action):
             self.settle_release(action)
@@ -552,8 +567,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, creations, ooms)
-    retry_releases = [(before, needs[k] if k < len(needs) else 0, sizes, private)
-                      for before, k, sizes, private in b.retry_releases]
+    retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
+                      for run in b.retry_releases]
     windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
                if conf and "expandable_segments:True" in conf else [])  # Note [Expandable ranges in a snapshot]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
