@@ -62,9 +62,11 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "most the recording held, or over a memory fraction's limit) and the run is not what "
         "max_split_size_mb's first, uncounted release would free. Where the trace records Python stacks "
         "(PyTorch's default), they tell the allocator's releases from the program's empty_cache(), and the count "
-        "is exact but under garbage_collection_threshold, whose collector can release past its target before "
-        "the request: a trace does not show where its releases end and a retry's begin. Without stacks, a "
-        "program's empty_cache() just before a request leaves the same releases as a retry.",
+        "is exact but under garbage_collection_threshold where the memory fraction is the program's "
+        "(set_per_process_memory_fraction, not in the snapshot): the collector acts "
+        "over its threshold, a share of the fraction's limit, and its release before a request leaves the same"
+        " trace as a retry's after a refusal. Without stacks, a program's empty_cache() just before a request "
+        "leaves the same releases as a retry.",
         lambda w, p: (not w.stacks or _conf_has(w, "garbage_collection_threshold"))
         and _only_stats(p, {"num_alloc_retries"}),
     ),
