@@ -23,7 +23,9 @@ PyTorch made.
 - Where the trace records Python stacks (PyTorch's default, context="all"),
   a run under the stack of the request that made the new segment was the
   allocator's, and any other stack is the program's (empty_cache(), a pool
-  dying): release_runs.release_origin.
+  dying): release_runs.release_origin. A free that completes in the middle
+  of a run under its stack (the full release first completes the frees
+  waiting on events) does not end the run.
 - Without stacks, a program's empty_cache() followed by a new segment looks
   the same in the trace. Either way a run is a retry only where the
   allocator could not have made the new segment beside what was reserved

@@ -369,6 +369,13 @@ class _Builder:
         if id_ is not None:
             self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
 
+    def inside_release(self, entry: dict, action: str, free_action: str) -> bool:
+        """A free that completes in the middle of a run of releases, under the run's own stack: PyTorch's
+        full release first completes the frees that wait on events (synchronize_and_free_events), so the
+        run goes on past it. Only where stacks are recorded (without them it may be the program's)."""
+        return (action == free_action and bool(self.pending_release) and not self.segment_after_release
+                and self.run_stack is not None and python_stack(entry) == self.run_stack)
+
     def new_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
@@ -424,7 +431,8 @@ class _Builder:
                 self.run_origin = release_origin(self.run_stack, python_stack(entry))
                 self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
             self.segment_after_release = bool(self.pending_release)
-        elif action != "snapshot" and not (action.startswith("free") and action != free_action):
+        elif action != "snapshot" and not (action.startswith("free") and action != free_action) \
+                and not self.inside_release(entry, action, free_action):
             self.settle_release(action)
         try:
             self.dispatch(i, entry, action, free_action)
