@@ -29,6 +29,9 @@ void Replayer::enter_pool(uint64_t index, ReplayPoolId id) {
     if (pools_.size() == 1) pool_peaks_ = allocator_->stats();  // until now the default pool's peaks are the device's
     std::shared_ptr<DeviceAllocator> made = make_device_allocator(*device_, config_);
     made->share_reserved(allocator_->device_reserved());  // a fraction's limit counts every pool
+    // A private pool allocates only while its graph's capture (or its MemPool's use_mem_pool) is underway,
+    // when PyTorch neither collects garbage nor releases its cache and retries on a failed cudaMalloc.
+    made->set_releases_blocked(true);
     if (history_entries_) made->enable_history(history_entries_);
     auto* native = made->recorded_segments();
     pools_.push_back(Pool{id, std::move(made), native});

@@ -40,7 +40,9 @@
 // block is freed to the pool that made it, a recorded release goes to the
 // pool that holds the segment, and the statistics are the device's: the
 // pools' sums, with peaks of those sums (taken after every event). Under
-// the stitch policy, which has no pools, kPool is ignored. Not following
+// the stitch policy, which has no pools, kPool is ignored. A private pool's
+// allocator has its releases blocked (device_allocator.h): it allocates
+// only under a capture, where PyTorch does not collect or retry. Not following
 // the recording, kEmptyCache empties the default pool only (a live graph
 // keeps its pool's cache, and the replay does not know which have died).
 // A replay that follows the recording (follow_recording) offers segment
