@@ -7,59 +7,81 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast test-cpu test-fakegpu sanitize sanitize-quick clean fakegpu fakegpu-ext
+.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext
 
-# The fake GPU (fakegpu/, docs/fakegpu.md): a stand-in for libcudart.so.13
-# plus fake libcuda.so.1 and libnvidia-ml.so.1, built with the CUDA headers of
-# CUDA_HOME (or those of the CUDA torch venv's nvidia wheel).
+# The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
+# cuBLASLt plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
+# from one set of sources. The CUDA 13 set (build/fakegpu) is built with the
+# CUDA headers of CUDA_HOME (or those of the CUDA torch venv's nvidia wheel);
+# the CUDA 12 set (build/fakegpu/cuda12) with CUDA12_HOME's, else the newest
+# CUDA 12 headers that a CUDA 12 torch venv's nvidia wheels hold
+# (`make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0` installs one).
 CUDA_HOME ?= /usr/local/cuda
 FAKEGPU_DIR := build/fakegpu
+FAKEGPU12_DIR := $(FAKEGPU_DIR)/cuda12
 FAKEGPU_CUDA_INCLUDE ?= $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h .venv-cuda/lib/python3*/site-packages/nvidia/cu13/include/cuda_runtime_api.h)))
-FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11 -I$(FAKEGPU_CUDA_INCLUDE)
+ifndef FAKEGPU12_CUDA_INCLUDE
+FAKEGPU12_CUDA_INCLUDE := $(shell for d in $(CUDA12_HOME)/include .venv-cuda-*/lib/python3*/site-packages/nvidia/cuda_runtime/include; do \
+  v=$$(sed -n 's/^\#define CUDART_VERSION *\(12[0-9][0-9][0-9]\).*/\1/p' $$d/cuda_runtime_api.h 2>/dev/null); \
+  [ -n "$$v" ] && echo "$$v $$d"; done | sort -n | tail -n 1 | cut -d' ' -f2)
+endif
+FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11
+# The CUDA 12 wheels' headers lack crt/host_defines.h (nvcc's): a host-only one, used when no real one is found.
+FAKEGPU_CRT := -idirafter fakegpu/include/crt12
 FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
-FAKEGPU_OBJECTS := $(patsubst fakegpu/src/%.c,$(FAKEGPU_DIR)/obj/%.o,$(FAKEGPU_SOURCES))
-FAKEGPU_LIBS := $(FAKEGPU_DIR)/libtorchmem_fakecudart.so $(FAKEGPU_DIR)/libcuda.so.1 $(FAKEGPU_DIR)/libnvidia-ml.so.1 \
-  $(FAKEGPU_DIR)/libcublas.so.13 $(FAKEGPU_DIR)/libcublasLt.so.13
+fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) $(1)/libcublasLt.so.$(2)
+FAKEGPU_LIBS := $(call fakegpu_libs,$(FAKEGPU_DIR),13)
+FAKEGPU12_LIBS := $(call fakegpu_libs,$(FAKEGPU12_DIR),12)
 
-fakegpu: $(FAKEGPU_LIBS)
+# $(call fakegpu_blas,DIR,NAME,MAJOR,SYMBOLS): DIR/libNAME.so.MAJOR from fakegpu/cublas/NAME.c, common.c and the stubs.
+fakegpu_blas = $(PYTHON) fakegpu/cublas/gen_stubs.py fakegpu/cublas/$(2)$(4)_symbols.txt lib$(2).so.$(3) $(1)/blas/gen-$(2) $(1)/blas/$(2).o && \
+  $(CC) $(FAKEGPU_CFLAGS) -c $(1)/blas/gen-$(2)/stubs.c -o $(1)/blas/gen-$(2)/stubs.o && \
+  $(CC) -shared -o $(1)/lib$(2).so.$(3) $(1)/blas/$(2).o $(1)/blas/common.o $(1)/blas/gen-$(2)/stubs.o \
+    -Wl,--version-script=$(1)/blas/gen-$(2)/exports.map -Wl,-soname,lib$(2).so.$(3)
 
-$(FAKEGPU_DIR)/obj/%.o: fakegpu/src/%.c fakegpu/src/state.h fakegpu/include/fakegpu.h
-	@test -n "$(FAKEGPU_CUDA_INCLUDE)" || { echo "fakegpu: no CUDA headers (cuda_runtime_api.h): set CUDA_HOME, or install a CUDA build of torch in .venv-cuda" >&2; exit 1; }
-	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -c $< -o $@
+# $(call fakegpu_set,DIR,MAJOR,INCLUDE,SYMBOLS): the rules of one set. SYMBOLS names the real
+# libraries' export lists: fakegpu/cudart$(4)_symbols.txt, fakegpu/cublas/cublas$(4)_symbols.txt and
+# cublasLt$(4)_symbols.txt; each library's exports go in one version node named after its soname.
+define fakegpu_set
+$(1)/obj/%.o: fakegpu/src/%.c fakegpu/src/state.h fakegpu/include/fakegpu.h
+	@test -n "$(3)" || { echo "fakegpu: no CUDA $(2) headers (cuda_runtime_api.h): $(if $(filter 12,$(2)),set CUDA12_HOME or run make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0,set CUDA_HOME or install a CUDA build of torch in .venv-cuda)" >&2; exit 1; }
+	@mkdir -p $$(@D)
+	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -c $$< -o $$@
 
-$(FAKEGPU_DIR)/libtorchmem_fakecudart.so: $(FAKEGPU_OBJECTS) fakegpu/gen_stubs.py fakegpu/cudart_symbols.txt
-	$(PYTHON) fakegpu/gen_stubs.py fakegpu/cudart_symbols.txt $(FAKEGPU_DIR)/gen $(FAKEGPU_OBJECTS)
-	$(CC) $(FAKEGPU_CFLAGS) -c $(FAKEGPU_DIR)/gen/stubs.c -o $(FAKEGPU_DIR)/obj/stubs.o
-	$(CC) -shared -o $@ $(FAKEGPU_OBJECTS) $(FAKEGPU_DIR)/obj/stubs.o -Wl,--version-script=$(FAKEGPU_DIR)/gen/cudart.map -Wl,-soname,libtorchmem_fakecudart.so -lpthread
+$(1)/libtorchmem_fakecudart.so: $(patsubst fakegpu/src/%.c,$(1)/obj/%.o,$(FAKEGPU_SOURCES)) fakegpu/gen_stubs.py fakegpu/cudart$(4)_symbols.txt
+	$$(PYTHON) fakegpu/gen_stubs.py fakegpu/cudart$(4)_symbols.txt libcudart.so.$(2) $(1)/gen $$(filter %.o,$$^)
+	$$(CC) $$(FAKEGPU_CFLAGS) -c $(1)/gen/stubs.c -o $(1)/gen/stubs.o
+	$$(CC) -shared -o $$@ $$(filter %.o,$$^) $(1)/gen/stubs.o -Wl,--version-script=$(1)/gen/cudart.map -Wl,-soname,libtorchmem_fakecudart.so -lpthread
 
-$(FAKEGPU_DIR)/libcuda.so.1: fakegpu/libcuda/libcuda.c
-	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -shared -o $@ $< -Wl,-soname,libcuda.so.1
+$(1)/libcuda.so.1: fakegpu/libcuda/libcuda.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libcuda.so.1 -ldl
 
-$(FAKEGPU_DIR)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
-	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -shared -o $@ $< -Wl,-soname,libnvidia-ml.so.1
+$(1)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libnvidia-ml.so.1
 
-# cuBLAS and cuBLASLt stand-ins (fakegpu/cublas/, docs/preflight.md): the real
-# libraries' sonames and version nodes; compute routines succeed without computing.
-FAKEGPU_BLAS := $(FAKEGPU_DIR)/blas
+# cuBLAS and cuBLASLt stand-ins (fakegpu/cublas/, docs/preflight.md): the real libraries' sonames
+# and version nodes; compute routines succeed without computing.
+$(1)/blas/%.o: fakegpu/cublas/%.c fakegpu/cublas/common.h
+	@mkdir -p $$(@D)
+	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -c $$< -o $$@
 
-$(FAKEGPU_BLAS)/%.o: fakegpu/cublas/%.c fakegpu/cublas/common.h
-	@mkdir -p $(@D)
-	$(CC) $(FAKEGPU_CFLAGS) -c $< -o $@
+$(1)/libcublas.so.$(2): $(1)/blas/cublas.o $(1)/blas/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublas$(4)_symbols.txt
+	$$(call fakegpu_blas,$(1),cublas,$(2),$(4))
 
-# $(call fakegpu_blas,NAME): libNAME.so.13 from fakegpu/cublas/NAME.c, common.c and the generated stubs.
-fakegpu_blas = $(PYTHON) fakegpu/cublas/gen_stubs.py fakegpu/cublas/$(1)_symbols.txt lib$(1).so.13 $(FAKEGPU_BLAS)/gen-$(1) $(FAKEGPU_BLAS)/$(1).o && \
-  $(CC) $(FAKEGPU_CFLAGS) -c $(FAKEGPU_BLAS)/gen-$(1)/stubs.c -o $(FAKEGPU_BLAS)/gen-$(1)/stubs.o && \
-  $(CC) -shared -o $(FAKEGPU_DIR)/lib$(1).so.13 $(FAKEGPU_BLAS)/$(1).o $(FAKEGPU_BLAS)/common.o $(FAKEGPU_BLAS)/gen-$(1)/stubs.o \
-    -Wl,--version-script=$(FAKEGPU_BLAS)/gen-$(1)/exports.map -Wl,-soname,lib$(1).so.13
+$(1)/libcublasLt.so.$(2): $(1)/blas/cublasLt.o $(1)/blas/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublasLt$(4)_symbols.txt
+	$$(call fakegpu_blas,$(1),cublasLt,$(2),$(4))
+endef
 
-$(FAKEGPU_DIR)/libcublas.so.13: $(FAKEGPU_BLAS)/cublas.o $(FAKEGPU_BLAS)/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublas_symbols.txt
-	$(call fakegpu_blas,cublas)
+$(eval $(call fakegpu_set,$(FAKEGPU_DIR),13,$(FAKEGPU_CUDA_INCLUDE),))
+$(eval $(call fakegpu_set,$(FAKEGPU12_DIR),12,$(FAKEGPU12_CUDA_INCLUDE),12))
 
-$(FAKEGPU_DIR)/libcublasLt.so.13: $(FAKEGPU_BLAS)/cublasLt.o $(FAKEGPU_BLAS)/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublasLt_symbols.txt
-	$(call fakegpu_blas,cublasLt)
+# Both sets; the CUDA 12 one only where CUDA 12 headers are found.
+fakegpu: $(FAKEGPU_LIBS) $(if $(FAKEGPU12_CUDA_INCLUDE),$(FAKEGPU12_LIBS))
+	@$(if $(FAKEGPU12_CUDA_INCLUDE),:,echo "fakegpu: CUDA 12 set skipped: no CUDA 12 headers (set CUDA12_HOME, or run make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0)")
+
+fakegpu-cu12: $(FAKEGPU12_LIBS)
 
 # A venv that also sees system packages, so a CUDA build of torch already
 # installed is used as it is; otherwise the CPU build of torch $(TORCH_VERSION).

@@ -1,13 +1,14 @@
 """Writes the fake runtime's stubs and version script.
 
-Every name in cudart_symbols.txt (the real libcudart.so.13's exports) that the
+Every name in SYMBOLS (the real runtime's exports: cudart_symbols.txt for
+libcudart.so.13, cudart12_symbols.txt for libcudart.so.12) that the
 hand-written objects do not define becomes a stub that logs
 "unimplemented NAME" and returns cudaErrorNotSupported. The version script
-puts every runtime name in a `libcudart.so.13` node, so PyTorch's versioned
-references (cudaMalloc@libcudart.so.13) bind to the preloaded fake, and
-exports the control API (fakegpu_*) unversioned.
+puts every runtime name in a node named SONAME, as the real library does, so
+PyTorch's versioned references (cudaMalloc@libcudart.so.13) bind to the
+preloaded fake, and exports the control API (fakegpu_*) in node FAKEGPU_1.
 
-    python gen_stubs.py SYMBOLS OUT_DIR OBJECT...
+    python gen_stubs.py SYMBOLS SONAME OUT_DIR OBJECT...
 """
 import subprocess
 import sys
@@ -20,7 +21,7 @@ def defined_names(objects: list[str]) -> set[str]:
 
 
 def main() -> None:
-    symbols_file, out_dir, *objects = sys.argv[1:]
+    symbols_file, soname, out_dir, *objects = sys.argv[1:]
     symbols = [s.strip() for s in Path(symbols_file).read_text().splitlines() if s.strip() and not s.startswith("#")]
     defined = defined_names(objects)
     stubs = [s for s in symbols if s not in defined]
@@ -32,13 +33,13 @@ def main() -> None:
     (out / "stubs.c").write_text("\n".join(lines) + "\n")
     runtime = sorted(set(symbols))
     control = sorted(n for n in defined if n.startswith("fakegpu_"))
-    script = ["libcudart.so.13 {", "  global:"] + [f"    {n};" for n in runtime] + ["  local: *;", "};"]
+    script = [f"{soname} {{", "  global:"] + [f"    {n};" for n in runtime] + ["  local: *;", "};"]
     script += ["FAKEGPU_1 {", "  global:"] + [f"    {n};" for n in control] + ["};"]
     (out / "cudart.map").write_text("\n".join(script) + "\n")
     extra = sorted(n for n in defined if not n.startswith(("fakegpu_", "fg_")) and n not in set(symbols))
     if extra:
-        sys.exit(f"gen_stubs: defined but not in the real runtime's exports: {', '.join(extra)}")
-    print(f"fake runtime: {len(symbols) - len(stubs)} entry points written by hand, {len(stubs)} stubs")
+        sys.exit(f"gen_stubs: defined but not in {soname}'s exports: {', '.join(extra)}")
+    print(f"fake {soname}: {len(symbols) - len(stubs)} entry points written by hand, {len(stubs)} stubs")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,16 @@
 #endif
 #endif
 
+#include <cuda_runtime_api.h>
+
+/* Without cuBLAS's headers: the CUDA release of the runtime headers the set is built with. */
 #ifndef CUBLAS_VER_MAJOR
-#define CUBLAS_VER_MAJOR 13
-#define CUBLAS_VER_MINOR 1
+#define CUBLAS_VER_MAJOR (CUDART_VERSION / 1000)
+#define CUBLAS_VER_MINOR (CUDART_VERSION % 1000 / 10)
 #define CUBLAS_VER_PATCH 0
 #endif
+
+size_t fg_blas_cudart_version(void) { return CUDART_VERSION; }
 
 int fg_blas_unimplemented(const char *name) {
   char line[512];

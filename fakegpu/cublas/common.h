@@ -30,4 +30,7 @@ int fg_blas_unimplemented(const char *name);
  * nvidia-cublas wheel's), else the headers' it was built with. */
 int fg_blas_version(void);
 
+/* The CUDA runtime version the stand-in reports being built with (CUDART_VERSION of its headers). */
+size_t fg_blas_cudart_version(void);
+
 #endif

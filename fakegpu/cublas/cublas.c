@@ -1,4 +1,4 @@
-/* The fake libcublas.so.13: handles and their settings (common.h says what
+/* The fake libcublas.so.13 and .so.12: handles and their settings (common.h says what
  * the stand-in is). The compute routines are generated stubs that succeed
  * (gen_stubs.py). */
 #include <stdint.h>
@@ -90,7 +90,7 @@ int cublasGetProperty(int type, int *value) {
   }
 }
 
-size_t cublasGetCudartVersion(void) { return 13000; }
+size_t cublasGetCudartVersion(void) { return fg_blas_cudart_version(); }
 
 static const char *status_name(int status) {
   switch (status) {

@@ -1,4 +1,4 @@
-/* The fake libcublasLt.so.13: descriptors, preferences and a heuristic that
+/* The fake libcublasLt.so.13 and .so.12: descriptors, preferences and a heuristic that
  * always offers one algorithm needing no workspace (common.h says what the
  * stand-in is). cublasLtMatmul itself succeeds without computing. */
 #include <stdint.h>
@@ -7,7 +7,7 @@
 
 #include "common.h"
 
-/* Layouts of cublasLt.h (CUDA 13): the algorithm is 64 opaque bytes. */
+/* Layouts of cublasLt.h (the same in CUDA 12 and 13): the algorithm is 64 opaque bytes. */
 typedef struct {
   uint64_t data[8];
 } fg_lt_algo;
@@ -61,7 +61,7 @@ static int get_attribute(void *buf, size_t size, size_t *written) {
 }
 
 size_t cublasLtGetVersion(void) { return (size_t)fg_blas_version(); }
-size_t cublasLtGetCudartVersion(void) { return 13000; }
+size_t cublasLtGetCudartVersion(void) { return fg_blas_cudart_version(); }
 
 int cublasLtGetProperty(int type, int *value) {
   if (value == NULL) return FG_CUBLAS_INVALID_VALUE;

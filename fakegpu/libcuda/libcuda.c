@@ -1,10 +1,16 @@
 /* A fake libcuda.so.1 for what loads the driver library directly (PyTorch's
  * NVRTC wrapper, libcaffe2_nvrtc.so, needs it on the library path). Modules
  * and functions are tokens, launches are skipped, the primary context is
- * active. PyTorch's allocator reaches the driver through the runtime
- * (src/driver.c), not through this library. A call of anything else here
- * logs "unimplemented libcuda NAME" as the runtime's stubs do. */
+ * active. A call of anything else here logs "unimplemented libcuda NAME" as
+ * the runtime's stubs do.
+ *
+ * PyTorch's allocator reaches the driver's virtual memory calls through the
+ * runtime (cudaGetDriverEntryPoint, src/driver.c) from torch 2.11 on; torch 2.6
+ * to 2.10 take them from this library by name (dlsym in c10/cuda/driver_api.cpp),
+ * and every name on that list must exist. Those calls are forwarded to the
+ * fake runtime's driver table, so both routes reach one state. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +52,64 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
   return CUDA_SUCCESS;
 }
 
+/* The fake runtime's driver entry point for `name` (a function that logs
+ * "unimplemented driver NAME" for a name it does not answer), or NULL when the
+ * fake runtime is not loaded in this process. */
+static void *runtime_entry(const char *name) {
+  typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
+  static entry_fn entry;
+  if (entry == NULL) {
+    if (dlsym(RTLD_DEFAULT, "fakegpu_version") == NULL) return NULL;
+    entry = (entry_fn)dlsym(RTLD_DEFAULT, "cudaGetDriverEntryPoint");
+    if (entry == NULL) return NULL;
+  }
+  void *function = NULL;
+  int status = 0;
+  return entry(name, &function, 0, &status) == 0 ? function : NULL;
+}
+
+/* FORWARD(name, (parameters), (arguments)): exports `name` (by its assembler
+ * name, so cuda.h's renaming macros such as cuStreamWriteValue32 -> _v2 do not
+ * apply) as a call of the runtime's entry point of that name. */
+#define FORWARD(name, params, args)                                                  \
+  CUresult fg_forward_##name params __asm__(#name);                                  \
+  CUresult fg_forward_##name params {                                                \
+    CUresult(*function) params = (CUresult(*) params)runtime_entry(#name);           \
+    return function != NULL ? function args : unimplemented(#name);                  \
+  }
+
+FORWARD(cuMemCreate, (CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                      unsigned long long flags), (handle, size, prop, flags))
+FORWARD(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))
+FORWARD(cuMemAddressReserve, (CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                              unsigned long long flags), (ptr, size, alignment, addr, flags))
+FORWARD(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))
+FORWARD(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                   unsigned long long flags), (ptr, size, offset, handle, flags))
+FORWARD(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))
+FORWARD(cuMemSetAccess, (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),
+        (ptr, size, desc, count))
+FORWARD(cuMemGetAllocationGranularity, (size_t *granularity, const CUmemAllocationProp *prop,
+                                        CUmemAllocationGranularity_flags option), (granularity, prop, option))
+/* On torch 2.6-2.10's list, not answered by the runtime's table: they log when called. */
+FORWARD(cuMemExportToShareableHandle, (void *shareable, CUmemGenericAllocationHandle handle, int type,
+                                       unsigned long long flags), (shareable, handle, type, flags))
+FORWARD(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle *handle, void *shareable, int type),
+        (handle, shareable, type))
+FORWARD(cuMemsetD32Async, (CUdeviceptr ptr, unsigned int value, size_t count, CUstream stream),
+        (ptr, value, count, stream))
+FORWARD(cuStreamWriteValue32, (CUstream stream, CUdeviceptr address, cuuint32_t value, unsigned int flags),
+        (stream, address, value, flags))
+FORWARD(cuMulticastCreate, (void *handle, const void *prop), (handle, prop))
+FORWARD(cuMulticastAddDevice, (CUmemGenericAllocationHandle handle, CUdevice device), (handle, device))
+FORWARD(cuMulticastBindMem, (CUmemGenericAllocationHandle mc, size_t mc_offset, CUmemGenericAllocationHandle mem,
+                             size_t mem_offset, size_t size, unsigned long long flags),
+        (mc, mc_offset, mem, mem_offset, size, flags))
+
 CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice device) {
+  CUresult (*answer)(int *, CUdevice_attribute, CUdevice) =
+      (CUresult(*)(int *, CUdevice_attribute, CUdevice))runtime_entry("cuDeviceGetAttribute");
+  if (answer != NULL) return answer(value, attr, device);
   (void)device;
   if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
   const char *cc = getenv("TORCHMEM_FAKEGPU_CC");

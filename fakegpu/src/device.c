@@ -95,6 +95,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   return cudaSuccess;
 }
 
+/* CUDA 12's headers name this cudaGetDeviceProperties_v2 (the unversioned
+ * symbol takes CUDA 11's smaller struct, and stays a stub). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   fg_init();
   if (prop == NULL) return fg_ret(cudaErrorInvalidValue);
@@ -142,6 +144,16 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   prop->reservedSharedMemPerBlock = 1 << 10;
   prop->hostRegisterSupported = 1;
   prop->memoryPoolsSupported = 1;
+#if CUDART_VERSION < 13000
+  /* Fields CUDA 13 removed (deprecated in CUDA 12), from the attributes' values. */
+  prop->clockRate = fg_device_attribute(cudaDevAttrClockRate, device);
+  prop->memoryClockRate = fg_device_attribute(cudaDevAttrMemoryClockRate, device);
+  prop->deviceOverlap = 1;
+  prop->computeMode = cudaComputeModeDefault;
+  prop->maxTexture1DLinear = 1 << 27;
+  prop->singleToDoublePrecisionPerfRatio = 2;
+  prop->cooperativeMultiDeviceLaunch = 1;
+#endif
   return cudaSuccess;
 }
 
@@ -192,6 +204,8 @@ cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
   return cudaSuccess;
 }
 
+/* The driver is a CUDA 13 one (which runs CUDA 12 programs too, as a real
+ * one does); the runtime is the version of the headers the set is built with. */
 cudaError_t cudaDriverGetVersion(int *version) {
   if (version == NULL) return fg_ret(cudaErrorInvalidValue);
   *version = 13000;
@@ -200,7 +214,7 @@ cudaError_t cudaDriverGetVersion(int *version) {
 
 cudaError_t cudaRuntimeGetVersion(int *version) {
   if (version == NULL) return fg_ret(cudaErrorInvalidValue);
-  *version = 13000;
+  *version = CUDART_VERSION;
   return cudaSuccess;
 }
 

@@ -81,15 +81,39 @@ cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureSta
   return capture_info(stream, status, NULL, NULL);
 }
 
-cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                     unsigned long long *id, cudaGraph_t *graph,
-                                     const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
-                                     size_t *count) {
+static cudaError_t capture_info_edges(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                      unsigned long long *id, cudaGraph_t *graph,
+                                      const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
+                                      size_t *count) {
   if (dependencies) *dependencies = NULL;
   if (edges) *edges = NULL;
   if (count) *count = 0;
   return capture_info(stream, status, id, graph);
 }
+
+#if CUDART_VERSION >= 13000
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                     unsigned long long *id, cudaGraph_t *graph,
+                                     const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
+                                     size_t *count) {
+  return capture_info_edges(stream, status, id, graph, dependencies, edges, count);
+}
+#else
+/* CUDA 12: the headers name cudaStreamGetCaptureInfo _v2 (no edge data); _v3
+ * has CUDA 13's signature; the unversioned symbol is CUDA 11's and stays a stub. */
+cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                        unsigned long long *id, cudaGraph_t *graph,
+                                        const cudaGraphNode_t **dependencies, size_t *count) {
+  return capture_info_edges(stream, status, id, graph, dependencies, NULL, count);
+}
+
+cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+                                        unsigned long long *id, cudaGraph_t *graph,
+                                        const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
+                                        size_t *count) {
+  return capture_info_edges(stream, status, id, graph, dependencies, edges, count);
+}
+#endif
 
 /* Counts a launch or copy into the capture of its stream; returns 1 when the
  * stream is capturing (the work is captured, not run). */

@@ -1,7 +1,10 @@
 """The fake GPU: PyTorch's CUDA build on a machine with no GPU (docs/fakegpu.md).
 
 A CUDA build of torch runs its real caching allocator on host memory when
-torchmem's fake CUDA runtime is preloaded in front of ``libcudart.so.13``.
+torchmem's fake CUDA runtime is preloaded in front of the real one. There is one
+set of stand-ins per CUDA major (``libcudart.so.13`` in build/fakegpu,
+``libcudart.so.12`` in build/fakegpu/cuda12); the launcher picks the set that
+matches the CUDA build of torch of the interpreter it will run.
 Memory behaviour is real (segments, addresses, ``memory_stats()``, snapshots,
 out-of-memory errors, expandable segments); arithmetic is not: kernels are
 accepted and skipped, so values computed on the device are garbage.
@@ -20,53 +23,201 @@ completes their work when a test says so, and reads the fake's counters.
 from __future__ import annotations
 
 import ctypes
+import functools
+import inspect
+import json
 import os
 import pickle
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from torchmem.fakegpu.cards import CARDS, Card, card, parse_memory
 
-__all__ = ["CARDS", "Card", "Control", "FakeGPUError", "call", "card", "environment", "library_dir",
-           "on_fake_gpu", "parse_memory", "run"]
+__all__ = ["CARDS", "Card", "Control", "FakeGPUError", "TorchBuild", "call", "card", "environment",
+           "interpreter_of", "libraries", "library_dir", "on_fake_gpu", "parse_memory", "run", "torch_build"]
 
 RUNTIME = "libtorchmem_fakecudart.so"
-BLAS = ("libcublas.so.13", "libcublasLt.so.13")  # stand-ins with the real sonames (fakegpu/cublas/)
-LIBRARIES = (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1", *BLAS)
+MAJORS = (12, 13)  # the CUDA majors the fake GPU has stand-ins for
+DEFAULT_MAJOR = 13  # the set used when the interpreter's torch is not a CUDA build
+
+
+def blas(major: int = DEFAULT_MAJOR) -> tuple[str, str]:
+    """The cuBLAS and cuBLASLt stand-ins of one CUDA major, with the real sonames (fakegpu/cublas/)."""
+    return f"libcublas.so.{major}", f"libcublasLt.so.{major}"
+
+
+def libraries(major: int = DEFAULT_MAJOR) -> tuple[str, ...]:
+    """The files of one set of stand-ins."""
+    return (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1", *blas(major))
+
+
+BLAS = blas()
+LIBRARIES = libraries()
 
 
 class FakeGPUError(RuntimeError):
     """The fake GPU is not built, not loaded, or a function run on it failed."""
 
 
-def library_dir() -> Path:
-    """Where the fake GPU's libraries are: $TORCHMEM_FAKEGPU_LIBS, else the checkout's build/fakegpu."""
+@dataclass(frozen=True)
+class TorchBuild:
+    """The torch an interpreter imports, read from its files (torch is not imported)."""
+
+    python: str
+    version: str | None  # torch.__version__; None when the interpreter has no torch
+    cuda: str | None     # torch.version.cuda; None for a CPU build
+    cublas: str | None   # the version of the nvidia cuBLAS wheel beside it, if any
+
+    @property
+    def major(self) -> int | None:
+        """The CUDA major of the build (12 for torch 2.6.0+cu124), or None."""
+        return int(self.cuda.split(".")[0]) if self.cuda else None
+
+
+def _read_torch_build() -> dict:
+    """Runs in the interpreter asked about: torch's version.py and the cuBLAS wheel, without importing torch."""
+    import importlib.util
+    import os
+    import re
+    import sys
+    from importlib import metadata
+
+    found = {"version": None, "cuda": None, "cublas": None}
+    loaded = sys.modules.get("torch")
+    if loaded is not None and hasattr(loaded, "version"):
+        found["version"], found["cuda"] = str(loaded.__version__), loaded.version.cuda
+    else:
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.origin is None:
+            return found
+        try:
+            with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+                text = f.read()
+        except OSError:
+            return found
+        for key, name in (("version", "__version__"), ("cuda", "cuda")):
+            match = re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+            found[key] = match.group(1) if match else None
+    if found["cuda"]:
+        major = found["cuda"].split(".")[0]
+        for wheel in (f"nvidia-cublas-cu{major}", "nvidia-cublas"):
+            try:
+                version = metadata.version(wheel)
+            except metadata.PackageNotFoundError:
+                continue
+            if version.split(".")[0] == major:
+                found["cublas"] = version
+                break
+    return found
+
+
+@functools.lru_cache(maxsize=16)
+def torch_build(python: str | None = None) -> TorchBuild:
+    """The torch of an interpreter (default this one); asks another interpreter in a subprocess.
+
+    Raises FakeGPUError when `python` cannot be run or does not answer.
+    """
+    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+        return TorchBuild(sys.executable, **_read_torch_build())
+    code = inspect.getsource(_read_torch_build) + "\nimport json\nprint(json.dumps(_read_torch_build()))\n"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"})
+        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        found = None
+    if not isinstance(found, dict):
+        raise FakeGPUError(f"cannot tell which torch {python} runs (it did not answer a query of its torch build)")
+    return TorchBuild(python, found.get("version"), found.get("cuda"), found.get("cublas"))
+
+
+def interpreter_of(command: Sequence[str], path: str | None = None) -> str | None:
+    """The Python interpreter a command runs: the command itself, or a script's #! interpreter; else None."""
+    if not command:
+        return None
+    program = shutil.which(os.fspath(command[0]), path=path)
+    if program is None:
+        return None
+    if re.fullmatch(r"python[0-9.]*", os.path.basename(program)):
+        return program
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(512).decode(errors="replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    if words and os.path.basename(words[0]) == "env":
+        words = [w for w in words[1:] if not w.startswith("-")]
+        found = shutil.which(words[0], path=path) if words else None
+        words = [found] if found else []
+    if words and re.fullmatch(r"python[0-9.]*", os.path.basename(words[0])):
+        return words[0]
+    return None
+
+
+def library_dir(major: int | None = None) -> Path:
+    """Where the stand-ins of one CUDA major are (default: this interpreter's torch's).
+
+    $TORCHMEM_FAKEGPU_LIBS, else the checkout's build/fakegpu, holds the CUDA
+    13 set; the CUDA 12 set is in its cuda12 folder (or in the folder itself).
+    """
+    if major is None:
+        major = torch_build().major or DEFAULT_MAJOR
+    if major not in MAJORS:
+        raise FakeGPUError(f"the fake GPU has stand-ins for CUDA {' and '.join(map(str, MAJORS))} builds of torch, "
+                           f"not CUDA {major}")
     configured = os.environ.get("TORCHMEM_FAKEGPU_LIBS")
     folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "build" / "fakegpu"
-    missing = [name for name in LIBRARIES if not (folder / name).is_file()]
-    if missing:
-        raise FakeGPUError(f"the fake GPU is not built ({', '.join(missing)} missing in {folder}): run `make fakegpu` "
-                           "in the torchmem checkout, or set TORCHMEM_FAKEGPU_LIBS to the folder that has them")
-    return folder
+    wanted = libraries(major)
+    for candidate in (folder, folder / f"cuda{major}"):
+        if all((candidate / name).is_file() for name in wanted):
+            return candidate
+    where = folder if major == DEFAULT_MAJOR else folder / f"cuda{major}"
+    missing = [name for name in wanted if not (where / name).is_file()]
+    how = ("run `make fakegpu` in the torchmem checkout" if major == DEFAULT_MAJOR else
+           "run `make fakegpu` in the torchmem checkout with CUDA 12 headers present (CUDA12_HOME, or a CUDA 12 "
+           "torch venv: make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0)")
+    raise FakeGPUError(f"the fake GPU for CUDA {major} builds of torch is not built ({', '.join(missing)} missing in "
+                       f"{where}): {how}, or set TORCHMEM_FAKEGPU_LIBS to the folder that has them")
 
 
 def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: bool = False,
                 log: str | os.PathLike[str] | None = None,
-                base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a process on the fake GPU (a copy of `base`, default os.environ)."""
+                base: Mapping[str, str] | None = None, python: str | os.PathLike[str] | None = None,
+                command: Sequence[str] | None = None) -> dict[str, str]:
+    """The environment of a process on the fake GPU (a copy of `base`, default os.environ).
+
+    The stand-ins are those of the CUDA major of the torch that `python` runs
+    (the interpreter of `command`, else this one).
+    """
     chosen = globals()["card"](card)
     if isinstance(devices, bool) or not isinstance(devices, int) or not 1 <= devices <= 64:
         raise ValueError(f"devices must be 1 to 64, not {devices!r}")
-    folder = library_dir()
     env = dict(os.environ if base is None else base)
-    ours = (RUNTIME, *BLAS)
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(ours)]
+    if python is None and command is not None:
+        python = interpreter_of(command, env.get("PATH"))
+    build = torch_build(os.fspath(python) if python is not None else None)
+    if build.major is not None and build.major not in MAJORS:
+        raise FakeGPUError(f"torch {build.version} in {build.python} is a CUDA {build.major} build; the fake GPU has "
+                           f"stand-ins for CUDA {' and '.join(map(str, MAJORS))} builds")
+    major = build.major or DEFAULT_MAJOR
+    folder = library_dir(major)
+    ours = (RUNTIME, *blas(major))
+    stale = (RUNTIME, *(name for m in MAJORS for name in blas(m)))
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(stale)]
     env["LD_PRELOAD"] = ":".join([*(str(folder / name) for name in ours), *preload])
-    env["LD_LIBRARY_PATH"] = ":".join(p for p in [str(folder), env.get("LD_LIBRARY_PATH", "")] if p)
+    others = [p for p in env.get("LD_LIBRARY_PATH", "").split(":")
+              if p and not (Path(p) / RUNTIME).is_file()]
+    env["LD_LIBRARY_PATH"] = ":".join([str(folder), *others])
     env.update({
         "TORCHMEM_FAKEGPU_MEMORY": str(chosen.memory),
         "TORCHMEM_FAKEGPU_DEVICES": str(devices),
@@ -78,26 +229,15 @@ def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: boo
     })
     if log is not None:
         env["TORCHMEM_FAKEGPU_LOG"] = os.fspath(log)
-    blas = _cublas_version()
-    if blas:
-        env.setdefault("TORCHMEM_FAKEGPU_CUBLAS_VERSION", blas)
+    if build.cublas:
+        env.setdefault("TORCHMEM_FAKEGPU_CUBLAS_VERSION", build.cublas)
     return env
-
-
-def _cublas_version() -> str | None:
-    """The installed nvidia-cublas wheel's version (13.1.1.3): the fake cuBLAS reports it, as the real one would."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("nvidia-cublas")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def run(command: Sequence[str], card: str | int | Card = "80GiB", devices: int = 1, *, hold: bool = False,
         **kwargs: Any) -> subprocess.CompletedProcess:
     """Runs a command on the fake GPU (subprocess.run's keyword arguments pass through)."""
-    env = environment(card, devices, hold=hold, base=kwargs.pop("env", None))
+    env = environment(card, devices, hold=hold, base=kwargs.pop("env", None), command=command)
     return subprocess.run(list(command), env=env, **kwargs)
 
 

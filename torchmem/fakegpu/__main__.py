@@ -1,7 +1,10 @@
 """python -m torchmem.fakegpu [--card SIZE|NAME] [--devices N] [--hold] [--log FILE] -- COMMAND...
 
 Runs COMMAND on the fake GPU (docs/fakegpu.md); its exit status is the
-command's. Exit status 2 for bad arguments, 1 when the fake GPU is not built.
+command's. The stand-ins are those of the CUDA major of the torch that
+COMMAND's Python runs (COMMAND itself, or its script's #! interpreter; else
+this interpreter). Exit status 2 for bad arguments, 1 when the fake GPU (or
+the set for that CUDA major) is not built.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command to run after --, e.g. -- python train.py")
     try:
         chosen = card(args.card)
-        env = environment(chosen, args.devices, hold=args.hold, log=args.log)
+        env = environment(chosen, args.devices, hold=args.hold, log=args.log, command=command)
     except ValueError as exc:
         parser.error(str(exc))
     except FakeGPUError as exc:
