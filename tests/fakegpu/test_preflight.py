@@ -86,3 +86,29 @@ def test_the_python_form_returns_the_functions_value_and_each_devices_peaks():
     tight = preflight.run(allocate, 300 << 20, card="256MiB")
     assert not tight.fits and tight.value is None and tight.ooms[0].oom["tried"] == "300.00 MiB"
     assert tight.advice and all(not row.completes for row in tight.advice)
+
+
+def test_a_named_card_takes_its_outside_memory_before_the_script_and_the_verdict_counts_it():
+    """On an L4, a request that fits total_memory but not beside the CUDA context and libraries runs out of memory;
+    the same request on a bare size of the same total (nothing assumed outside the allocator) fits."""
+    from torchmem.fakegpu.cards import CARDS
+
+    MiB = 1 << 20
+    l4 = CARDS["l4"]
+    fits = (l4.usable - 64 * MiB) // (2 * MiB) * (2 * MiB)
+    report = preflight.run(allocate, fits, card="l4", advise=False)
+    assert report.fits
+    [device] = report.devices
+    assert (device.total, device.outside, device.peak_reserved) == (l4.memory, l4.outside, fits)
+    assert device.verdict.headroom == l4.memory - l4.outside - fits
+
+    over = (l4.usable + 100 * MiB) // (2 * MiB) * (2 * MiB)
+    assert over <= l4.memory  # the request alone fits the card's total_memory
+    report = preflight.run(allocate, over, card="l4", advise=False)
+    assert not report.fits and report.value is None
+    [device] = report.ooms
+    assert device.outside == l4.outside and device.oom["tried"] == f"{over / (1 << 30):.2f} GiB"
+    assert "The run does not fit" in report.format()
+
+    bare = preflight.run(allocate, over, card=f"{l4.memory}B", advise=False)
+    assert bare.fits and bare.devices[0].outside == 0

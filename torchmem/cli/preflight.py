@@ -8,7 +8,7 @@ import sys
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.fakegpu import CARDS
+    from torchmem.fakegpu.cards import ALIASES, CARDS
 
     p = subparsers.add_parser(
         "preflight",
@@ -17,11 +17,16 @@ def register(subparsers) -> None:
         "in host memory; kernels skipped, so values computed on the device are garbage). Each process records its "
         "allocator history from the start and writes its native snapshot at exit or at its first uncaught "
         "out-of-memory error. Prints, per device, the peak allocated, the peak reserved and whether and where it "
-        "ran out of memory, then torchmem advise's table. Exit status: 0 when it fits, 3 when it ran out of "
-        "memory, the command's own status when it failed for another reason, 2 for bad arguments (docs/preflight.md).",
+        "ran out of memory, then torchmem advise's table. A named card is the real card: its total_memory, and the "
+        "memory its CUDA context and libraries hold outside PyTorch's allocator, taken before the script runs; the "
+        "run fits when peak reserved plus that memory stays within total_memory. A bare size assumes nothing "
+        "outside the allocator. Exit status: 0 when it fits, 3 when it does not (out of memory, or over the card "
+        "with the outside memory), the command's own status when it failed for another reason, 2 for bad "
+        "arguments (docs/preflight.md).",
     )
     p.add_argument("--card", default="80GiB",
-                   help=f"the card: a size (80GiB, 24GB, ...) or {', '.join(sorted(CARDS))} (default 80GiB)")
+                   help=f"the card: {', '.join(sorted(CARDS))} (also {', '.join(sorted(ALIASES))}), or a bare size "
+                        "(80GiB, 24GB, ...: nothing assumed outside the allocator) (default 80GiB)")
     p.add_argument("--devices", type=arguments.count(1), default=1, help="devices per process, 1 to 64 (default 1)")
     p.add_argument("--conf", default=None, type=arguments.conf,
                    help="PYTORCH_CUDA_ALLOC_CONF for the run (default: the environment's)")

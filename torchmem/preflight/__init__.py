@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment
+from torchmem.preflight.verdict import Verdict, verdict
 
-__all__ = ["DeviceResult", "PreflightError", "Report", "environment_for", "run", "run_command"]
+__all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "environment_for", "run", "run_command", "verdict"]
 
 STARTUP = Path(__file__).resolve().parent / "startup"
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,14 +61,26 @@ class DeviceResult:
     num_alloc_retries: int
     snapshot: str
     oom: dict[str, Any] | None   # the uncaught OOM on this device: message, tried, where
+    outside: int = 0             # memory outside PyTorch's allocator counted against the card
+
+    @property
+    def verdict(self) -> Verdict:
+        """Peak reserved plus the outside memory against the card's total (verdict.py)."""
+        return verdict(self.peak_reserved, self.outside, self.total)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        v = self.verdict
+        return {**self.__dict__, "needed": v.needed, "headroom": v.headroom, "fits": v.fits and self.oom is None}
 
 
 @dataclass
 class Report:
-    """What a preflight found. `fits`: every process ended without an uncaught OOM."""
+    """What a preflight found.
+
+    `fits`: every process ended without an uncaught OOM, and on every device
+    the peak reserved plus the memory outside the allocator stays within the
+    card's total_memory (verdict.py).
+    """
 
     command: list[str]
     card: Card
@@ -92,12 +105,13 @@ class Report:
                 hit = oom is not None and (oom_device == d["device"] or (oom_device is None and d is used[-1]))
                 out.append(DeviceResult(p["name"], d["device"], d["peak_allocated"], d["peak_reserved"], d["total"],
                                         d["num_ooms"], d["num_alloc_retries"], p.get("snapshot") or "",
-                                        oom if hit else None))
+                                        oom if hit else None, d.get("outside", self.card.outside_bytes)))
         return out
 
     @property
     def fits(self) -> bool:
-        return self.returncode == 0 and not any(p.get("status") == "oom" for p in self.processes)
+        return (self.returncode == 0 and not any(p.get("status") == "oom" for p in self.processes)
+                and all(d.verdict.fits for d in self.devices))
 
     @property
     def ooms(self) -> list[DeviceResult]:
@@ -105,8 +119,13 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "command": self.command, "card": {"name": self.card.name, "memory": self.card.memory,
-                                              "capability": self.card.capability},
+            "command": self.command, "card": {"name": self.card.name, "key": self.card.key,
+                                              "memory": self.card.memory, "capability": self.card.capability,
+                                              "multiprocessors": self.card.multiprocessors,
+                                              "outside": self.card.outside_bytes,
+                                              "outside_known": self.card.outside is not None,
+                                              "total_source": self.card.total_source,
+                                              "outside_source": self.card.outside_source},
             "devices_per_process": self.devices_per_process, "conf": self.conf, "out": self.out,
             "returncode": self.returncode, "fits": self.fits,
             "devices": [d.to_json() for d in self.devices],
@@ -127,6 +146,7 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
                     base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's, plus the start-up hook."""
     env = environment(card, devices, base=base)
+    env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["TORCHMEM_PREFLIGHT_OUT"] = os.path.abspath(os.fspath(out))
@@ -219,7 +239,7 @@ def _advise(report: Report) -> None:
     trace = load_trace(chosen.snapshot, device=chosen.device)
     if trace.recorded is not None and not trace.recorded.entries:
         return
-    report.advice = advise(trace, report.card.memory)
+    report.advice = advise(trace, report.card.usable)
     report.advised = (chosen.process, chosen.device)
 
 

@@ -12,6 +12,11 @@ torch; then, before the script can allocate:
   own CUDA kernels; their buffers are not cuDNN's workspaces);
 - ``torch.distributed.init_process_group`` gets gloo where NCCL was asked
   for (no NCCL on the fake GPU);
+- when CUDA initialises, the memory a real process holds outside PyTorch's
+  allocator (``$TORCHMEM_PREFLIGHT_OUTSIDE`` bytes: the card's CUDA context
+  and libraries, torchmem/fakegpu/cards.py) is taken from every device with
+  the fake runtime's own ``cudaMalloc``, so the allocator gets what it would
+  get on the real card;
 - Tensor methods that read values computed on the device (``.item()``,
   ``.tolist()``, ``bool()``, ``.nonzero()``, ``.unique()``,
   ``.masked_select()``...) are counted with the line of the script that made
@@ -39,6 +44,7 @@ from typing import Any
 
 OUT = "TORCHMEM_PREFLIGHT_OUT"
 MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
+OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
 _state: dict[str, Any] = {"written": False, "counts": {}, "notes": [], "outcome": None}
 
 # Tensor methods and torch functions whose result depends on values computed on the device.
@@ -99,7 +105,33 @@ def _on_torch(torch: Any) -> None:
         torch.backends.cuda.enable_cudnn_sdp(False)
     _count_reads(torch)
     _gloo_for_nccl(torch)
+    outside = int(os.environ.get(OUTSIDE) or 0)
+    if outside > 0:
+        torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
     atexit.register(_at_exit)
+
+
+def _take_outside(torch: Any, size: int) -> None:
+    """Takes `size` bytes of every device outside PyTorch's allocator, as a real CUDA context and libraries do."""
+    import ctypes
+
+    runtime = ctypes.CDLL(None)
+    if not hasattr(runtime, "fakegpu_version"):
+        _state["notes"].append("the memory outside the allocator was not taken: the fake GPU's runtime is not loaded")
+        return
+    device = ctypes.c_int(0)
+    runtime.cudaGetDevice(ctypes.byref(device))
+    taken = []
+    for d in range(torch.cuda.device_count()):
+        pointer = ctypes.c_void_p()
+        if runtime.cudaSetDevice(d) != 0 or runtime.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(size)) != 0:
+            runtime.cudaGetLastError()
+            _state["notes"].append(f"device {d}: the card is smaller than the memory outside the allocator "
+                                   f"({size:,} bytes): nothing of it was taken")
+            continue
+        taken.append(d)
+    runtime.cudaSetDevice(device.value)
+    _state["outside"] = {d: size for d in taken}
 
 
 def _shown(path: str) -> str:
@@ -232,6 +264,7 @@ def _write() -> None:
             "num_ooms": stats.get("num_ooms", 0),
             "num_alloc_retries": stats.get("num_alloc_retries", 0),
             "total": torch.cuda.get_device_properties(d).total_memory,
+            "outside": _state.get("outside", {}).get(d, 0),
         })
     report = {
         "name": name(), "pid": os.getpid(), "rank": os.environ.get("RANK"), "argv": sys.argv,

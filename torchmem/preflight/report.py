@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from torchmem.fakegpu import Card
     from torchmem.preflight import Report
 
 GARBAGE = ("Values computed on the device are garbage (the fake GPU skips kernels): the allocations are those of a "
@@ -11,8 +12,20 @@ GARBAGE = ("Values computed on the device are garbage (the fake GPU skips kernel
 CUDNN = ("cuDNN is off (torch.backends.cudnn.enabled = False; the fake GPU has no cuDNN stand-in): convolutions, "
          "batch norm and RNNs take PyTorch's own CUDA kernels, whose buffers (im2col columns in slow_conv2d, for "
          "one) differ from cuDNN's workspaces, so a model with them reserves differently than on a real card.")
-NOT_MODELLED = ("Not counted: the CUDA context and the libraries' own device memory outside PyTorch's allocator "
-                "(several hundred MiB on a real card: torchmem advise --in-use-by-others models it).")
+RULE = ("A run fits when its peak reserved plus the memory outside PyTorch's allocator (CUDA context, libraries) "
+        "stays within the card's total_memory.")
+
+
+def outside_note(card: "Card") -> str:
+    """What the verdict counted outside the allocator, and where the figure comes from."""
+    from torchmem.replay.runner import fmt_size
+
+    if card.outside is None:
+        return ("A bare size has no known memory outside the allocator: none is assumed, so the whole size is "
+                "PyTorch's. Name a card (--card h100, l4, ...) to count its CUDA context and libraries.")
+    return (f"Outside the allocator: {fmt_size(card.outside)} taken from each device before the script ran "
+            f"({card.outside_source}). A real card's figure varies with the driver, CUDA and the libraries loaded; "
+            "NCCL's buffers and cuDNN's modules are not counted.")
 
 
 def _site_list(sites: dict[str, int], limit: int = 3) -> str:
@@ -44,7 +57,7 @@ def warnings_for(report: "Report") -> list[str]:
         out.append(CUDNN)
     notes = {n for p in report.processes for n in p.get("notes", [])}
     out += sorted(notes)
-    out.append(NOT_MODELLED)
+    out.append(outside_note(report.card))
     return out
 
 
@@ -54,24 +67,29 @@ def format_report(report: "Report") -> str:
 
     card = report.card
     first = report.processes[0] if report.processes else {}
+    known = f" ({card.key}: total_memory {card.memory:,} bytes, {card.total_source})" if card.key else ""
     lines = [f"Preflight of `{' '.join(report.command)}` on a {fmt_size(card.memory)} card ({card.name}, compute "
-             f"capability {card.capability}), torch {first.get('torch', '?')}, settings "
+             f"capability {card.capability}){known}, torch {first.get('torch', '?')}, settings "
              f"{report.conf if report.conf is not None else first.get('settings') or '(defaults)'}:"]
     for d in report.devices:
         who = f"{d.process} device {d.device}" if len(report.processes) > 1 else f"device {d.device}"
-        head = (f"  {who}: peak allocated {fmt_size(d.peak_allocated)}, peak reserved {fmt_size(d.peak_reserved)} "
-                f"of {fmt_size(d.total)}")
+        v = d.verdict
+        head = (f"  {who}: peak allocated {fmt_size(d.peak_allocated)}, peak reserved {fmt_size(d.peak_reserved)}"
+                f" + outside the allocator {fmt_size(d.outside)} = {fmt_size(v.needed)} of {fmt_size(d.total)}")
         if d.oom is not None:
             tried = f"tried to allocate {d.oom['tried']}" if d.oom.get("tried") else "an allocation failed"
             lines.append(f"{head}: OUT OF MEMORY at {d.oom['where']}: {tried}.")
+        elif not v.fits:
+            lines.append(f"{head}: does NOT fit, {fmt_size(-v.headroom)} over.")
         else:
             caught = f" ({d.num_ooms} out-of-memory error{'s' if d.num_ooms != 1 else ''} caught by the script)" \
                 if d.num_ooms else ""
-            lines.append(f"{head}: fits{caught}.")
+            lines.append(f"{head}: fits, headroom {fmt_size(v.headroom)}{caught}.")
+    lines.append(RULE)
     if report.fits:
-        lines.append(f"The run completed on the {fmt_size(card.memory)} card.")
+        lines.append(f"The run fits the {fmt_size(card.memory)} card.")
     else:
-        lines.append(f"The run ran out of memory on the {fmt_size(card.memory)} card.")
+        lines.append(f"The run does not fit the {fmt_size(card.memory)} card.")
     snapshots = sorted({d.snapshot for d in report.devices if d.snapshot})
     if snapshots:
         lines.append(f"Native snapshot{'s' if len(snapshots) > 1 else ''}: {', '.join(snapshots)} "
@@ -80,10 +98,10 @@ def format_report(report: "Report") -> str:
         process, device = report.advised or ("?", 0)
         lines.append("")
         lines.append(f"torchmem advise ({process}, device {device}): the least memory each setting needs, to 2 MiB, "
-                     f"best first, replayed on {fmt_size(card.memory)}:")
+                     f"best first, replayed on the {fmt_size(card.usable)} the allocator can get:")
         for row in report.advice:
             lines.append("  " + row.summary())
-        lines.append(COLUMNS.format(reference=fmt_size(card.memory)))
+        lines.append(COLUMNS.format(reference=fmt_size(card.usable)))
         lines += verdict(report.advice)
         step = next_step(report)
         if step:
@@ -120,7 +138,7 @@ def next_step(report: "Report") -> str | None:
         conf = as_pytorch_setting(fitting[0].conf)
         return f"Confirm it: torchmem preflight --card {card_arg(card.memory)} --conf '{conf}' -- {command}"
     if native:
-        need = min(r.min_capacity for r in native)
+        need = min(r.min_capacity for r in native) + card.outside_bytes
         size = math.ceil(need / (1 << 30))
         return f"Confirm a larger card: torchmem preflight --card {size}GiB -- {command}"
     return None
