@@ -104,6 +104,10 @@ if _LOG:
 '''
 
 
+class _Reused(Exception):
+    """--reuse: the case's earlier run is compared again."""
+
+
 def interpreter(torch_version: str) -> Path:
     """The venv whose torch is the lockfile's, else the default CUDA one."""
     exact = ROOT / f".venv-cuda-{torch_version}" / "bin" / "python"
@@ -133,9 +137,21 @@ def read_marks(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, python: Path) -> dict[str, Any]:
+def real_peaks(real_path: Path) -> tuple[int, int] | None:
+    """Peaks of a recording that starts mid-run, by torchmem's exact replay of it (start state rebuilt)."""
+    from torchmem.replay import replay
+
+    result = replay(str(real_path))
+    fidelity = result.fidelity or {}
+    if not result.completed or fidelity.get("placements_differed", 1) != 0:
+        return None
+    return result.peak_allocated, result.peak_reserved
+
+
+def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, python: Path,
+             reuse: bool = False) -> dict[str, Any]:
     from torchmem.preflight import PreflightError, run_command
-    from torchmem.preflight.compare import compare
+    from torchmem.preflight.compare import Peaks, compare
     from torchmem.traces import load_snapshot
 
     name = case["name"]
@@ -143,8 +159,13 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
     marks_dir = folder / "marks"
     marks_dir.mkdir(parents=True, exist_ok=True)
     (marks_dir / "sitecustomize.py").write_text(MARKS)
+    for dist, version in case.get("installed", {}).items():  # what `uv run` would have installed from the checkout
+        info = marks_dir / f"{dist.replace('-', '_')}-{version}.dist-info"
+        info.mkdir(exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     log = folder / "marks.jsonl"
-    log.unlink(missing_ok=True)
+    if not (reuse and log.is_file()):
+        log.unlink(missing_ok=True)
     workdir = checkout / case.get("workdir", ".")
     for sub in case.get("mkdir", []):
         (checkout / sub).mkdir(parents=True, exist_ok=True)
@@ -158,10 +179,14 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
     error = None
     report = None
     try:
+        if reuse and log.is_file():
+            raise _Reused
         report = run_command(command, card=case.get("card", "a100"), out=folder / "preflight", advise=False,
                              env=env, capture_output=True, timeout=case.get("timeout", 1800))
     except PreflightError as exc:
         error = str(exc)
+    except _Reused:
+        report = None
     finally:
         os.chdir(here)
     marks = read_marks(log)
@@ -180,6 +205,12 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
             result["error"] = error or "no snapshot was written"
             return result
         other_path, result["snapshot"] = pids[0], "preflight's dump at exit (the script's own was not written)"
+    previous = out / f"{name}.json"
+    if report is None and previous.is_file():
+        old = json.loads(previous.read_text())
+        for key in ("torch_run", "capability", "memory_stats_peaks"):
+            if key in old:
+                result[key] = old[key]
     if report is not None and report.processes:
         p = report.processes[0]
         result["torch_run"] = p.get("torch")
@@ -189,6 +220,12 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
     real = load_snapshot(str(real_path))
     other = load_snapshot(str(other_path))
     comparison = compare(real, other, other_start=start)
+    if comparison.peaks_real.approximate:
+        exact = real_peaks(real_path)
+        if exact is not None:
+            comparison.notes.append(f"real peaks from torchmem's replay of the recording (its start state rebuilt; "
+                                    f"the trace alone leaves {comparison.peaks_real.approximate} block sizes inferred)")
+            comparison.peaks_real = Peaks(exact[0], exact[1], 0)
     result.update(comparison.to_json())
     return result
 
@@ -200,18 +237,23 @@ def row(r: dict[str, Any]) -> str:
     if r.get("error") and "peak_reserved" not in r:
         return f"| {r['name']} | {r['repo']}@{str(r['commit'])[:12]} | {r['torch_real']} / {r.get('torch_run', '?')} | " \
                f"failed: {r['error'][:200]} | | |"
-    first = r["first"]
-    if first is None:
-        where = "none: every event agrees"
-    else:
-        real, pre = first["real"], first["preflight"]
-        show = lambda e: "(end)" if e is None else f"{e['action']} {e['size']:,}" + (
-            f" @{e['offset']:,}" if e["offset"] is not None else "")
-        where = f"event {first['position']:,} of {r['events_real']:,} ({first['field']}): real {show(real)}, " \
-                f"preflight {show(pre)}"
+    def show(e: dict[str, Any] | None) -> str:
+        if e is None:
+            return "(end)"
+        return f"{e['action']} {e['size']:,}" + (f" @{e['offset']:,}" if e["offset"] is not None else "")
+
+    def where(d: dict[str, Any] | None) -> str:
+        if d is None:
+            return "none"
+        return f"event {d['position']:,} ({d['field']}): real {show(d['real'])}, preflight {show(d['preflight'])}"
+
+    first, request = r["first"], r.get("first_request")
+    text = "none: every event agrees" if first is None else f"{where(first)} of {r['events_real']:,}"
+    if first is not None and first["field"] == "offset":
+        text += f"; requests: {where(request)}"
     pa, pr = r["peak_allocated"], r["peak_reserved"]
     return (f"| {r['name']} | {r['repo']}@{str(r['commit'])[:12]} | {r['torch_real']} / {r.get('torch_run', '?')} | "
-            f"{where} | {mib(pa[0])} / {mib(pa[1])} ({r['peak_allocated_difference']:+.2%}) | "
+            f"{text} | {mib(pa[0])} / {mib(pa[1])} ({r['peak_allocated_difference']:+.2%}) | "
             f"{mib(pr[0])} / {mib(pr[1])} ({r['peak_reserved_difference']:+.2%}) |")
 
 
@@ -225,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=Path, help="folder of bare git directories, OWNER+NAME/repo")
     parser.add_argument("--cases", type=Path, default=CASES)
     parser.add_argument("--only", nargs="*", help="case names to run")
+    parser.add_argument("--reuse", action="store_true", help="compare the cases' earlier runs in OUT again")
     parser.add_argument("--python", type=Path, help="interpreter for every case (default: by the lockfile's torch)")
     parser.add_argument("--checkout", type=Path, help="one case: a checkout of the repository")
     parser.add_argument("--real", type=Path, help="one case: the snapshot recorded on the real GPU")
@@ -257,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             export(bare, case["commit"], case["paths"], checkout)
             real = (args.out / case["name"] / "real.pickle").resolve()
             blob(bare, case["snapshot_commit"] if "snapshot_commit" in case else case["commit"], case["snapshot"], real)
-            python = args.python or interpreter(case["torch"])
+            python = (args.python.absolute() if args.python else interpreter(case["torch"]))
             print(f"{case['name']}: {python}", flush=True)
-            r = run_case(case, checkout, real, args.out.resolve(), python)
+            r = run_case(case, checkout, real, args.out.resolve(), python, reuse=args.reuse)
             results.append(r)
             (args.out / f"{case['name']}.json").write_text(json.dumps(r, indent=1))
             print(row(r), flush=True)

@@ -68,7 +68,7 @@ PROGRAM = [
 
 def test_equal_programs_at_other_addresses_agree():
     c = compare(run(1 << 32, PROGRAM), run(7 << 32, PROGRAM))
-    assert c.agrees and c.first is None and c.first_segment is None
+    assert c.agrees and c.first is None and c.first_request is None and c.first_segment is None
     assert c.matching == c.events_real == c.events_other == 10
     assert c.peak_difference("allocated") == 0.0 and c.peak_difference("reserved") == 0.0
 
@@ -89,6 +89,16 @@ def test_a_changed_offset_is_found_at_its_event():
     c = compare(run(1 << 32, PROGRAM), run(7 << 32, other))
     assert c.first.field == "offset" and c.first.position == 7
     assert (c.first.real.offset, c.first.other.offset) == (4 * MiB, 6 * MiB)
+    assert c.first_request is None  # the same requests, placed elsewhere
+
+
+def test_the_first_request_difference_looks_past_offsets():
+    other = [*PROGRAM]
+    other[4] = ("alloc", "c", "S", 1536, 3000)
+    other[6] = ("alloc", "x", "L", 4 * MiB, 9 * MiB)
+    c = compare(run(1 << 32, PROGRAM), run(7 << 32, other))
+    assert c.first.field == "offset" and c.first.position == 4
+    assert c.first_request.field == "size" and c.first_request.position == 7
 
 
 def test_segments_made_in_another_order_are_found_in_both_lists():

@@ -76,6 +76,7 @@ class Comparison:
     events_other: int
     matching: int                       # events equal from the start, up to the first divergence
     first: Divergence | None
+    first_request: Divergence | None    # the first difference in action or size alone (offsets aside)
     segments_real: list[int]
     segments_other: list[int]
     first_segment: int | None           # index of the first segment whose size differs (or that one side lacks)
@@ -101,6 +102,9 @@ class Comparison:
             "events_real": self.events_real, "events_preflight": self.events_other, "matching": self.matching,
             "first": None if self.first is None else {"position": self.first.position, "field": self.first.field,
                                                       "real": ev(self.first.real), "preflight": ev(self.first.other)},
+            "first_request": None if self.first_request is None else {
+                "position": self.first_request.position, "field": self.first_request.field,
+                "real": ev(self.first_request.real), "preflight": ev(self.first_request.other)},
             "segments_real": self.segments_real, "segments_preflight": self.segments_other,
             "first_segment": self.first_segment,
             "peak_allocated": [self.peaks_real.allocated, self.peaks_other.allocated],
@@ -295,10 +299,10 @@ def events_and_peaks(snapshot: dict[str, Any], device: int = 0, start: int = 0,
     return events, segments, peaks
 
 
-def first_difference(real: Sequence[Event], other: Sequence[Event]) -> Divergence | None:
+def first_difference(real: Sequence[Event], other: Sequence[Event], offsets: bool = True) -> Divergence | None:
     """The first position where the two event lists differ in action, size or offset, or where one ends."""
     for i, (a, b) in enumerate(zip(real, other)):
-        if a.key() != b.key():
+        if (a.key() if offsets else a.key()[:2]) != (b.key() if offsets else b.key()[:2]):
             fld = "action" if a.action != b.action else "size" if a.size != b.size else "offset"
             return Divergence(i, a, b, fld)
     if len(real) != len(other):
@@ -325,5 +329,6 @@ def compare(real: dict[str, Any], other: dict[str, Any], *, device: int = 0, rea
     if peaks_real.approximate or peaks_other.approximate:
         notes.append(f"block sizes taken as rounded sizes: {peaks_real.approximate} real, "
                      f"{peaks_other.approximate} preflight (allocations in segments made before recording)")
-    return Comparison(len(ev_real), len(ev_other), matching, first, seg_real, seg_other,
+    request = first if first is None or first.field != "offset" else first_difference(ev_real, ev_other, offsets=False)
+    return Comparison(len(ev_real), len(ev_other), matching, first, request, seg_real, seg_other,
                       first_segment_difference(seg_real, seg_other), peaks_real, peaks_other, notes)
