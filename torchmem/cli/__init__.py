@@ -17,7 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     from torchmem.cli.arguments import Parser
 
     parser = Parser(prog="torchmem", description="Memory toolkit for PyTorch.")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # dest is not "command": a subcommand may have an argument of that name (preflight's -- COMMAND)
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"torchmem.cli.{name}").register(subparsers)
     return parser
@@ -30,4 +31,4 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"a command is needed: {', '.join(COMMANDS)}")
     from torchmem.cli.arguments import run_command
 
-    return run_command(args.command, args.func, args)
+    return run_command(args.subcommand, args.func, args)

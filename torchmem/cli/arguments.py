@@ -20,10 +20,27 @@ from torchmem.traces import ArgumentError
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (the usage is one --help away)."""
+    """argparse, with its errors on one line (the usage is one --help away), each
+    prefixed ``torchmem COMMAND:`` by the subcommand's own parser, unknown
+    arguments too (argparse leaves those to the top-level parser)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._parser_of(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _parser_of(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The subcommand's parser that read `parsed`, else this one."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(parsed, action.dest, None) or "")
+                if chosen is not None:
+                    return chosen
+        return self
 
 
 def size(what: str, allow_zero: bool = False) -> Callable[[str], str]:
