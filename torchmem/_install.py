@@ -22,7 +22,10 @@ def install(kind: str = "caching", conf: str | None = None,
         kind: the allocator; "caching" (PyTorch's native policy).
         conf: settings in PYTORCH_CUDA_ALLOC_CONF's grammar
             ("max_split_size_mb:128,garbage_collection_threshold:0.8");
-            defaults to $TORCHMEM_ALLOC_CONF. torchmem adds ``capacity``
+            defaults to $TORCHMEM_ALLOC_CONF, and on CUDA then to the
+            variable PyTorch's own allocator reads (PYTORCH_CUDA_ALLOC_CONF,
+            else PYTORCH_ALLOC_CONF from torch 2.10; Note [Settings on CUDA]
+            in torchmem/cuda.py). torchmem adds ``capacity``
             (e.g. "8GiB"), ``per_process_memory_fraction`` and ``policy``:
             ``native`` (PyTorch's rules, the default) or ``stitch`` (the
             policy that needs the least memory, docs/stitch.md). On the CPU
@@ -36,9 +39,11 @@ def install(kind: str = "caching", conf: str | None = None,
 
     Installing again with another config starts a fresh caching allocator;
     tensors made by the old one are still freed correctly, but leave the
-    figures (a warning says how many bytes). On the CPU,
-    PYTORCH_CUDA_ALLOC_CONF is not read (a warning says so when it is set
-    and neither `conf` nor TORCHMEM_ALLOC_CONF is).
+    figures (a warning says how many bytes). On CUDA, a warning says once
+    when the settings come from PyTorch's variable, and one names each key
+    torchmem cannot honour. On the CPU, PyTorch's variables are not read
+    (a warning says so when one is set and neither `conf` nor
+    TORCHMEM_ALLOC_CONF is).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
@@ -47,35 +52,42 @@ def install(kind: str = "caching", conf: str | None = None,
     for _, check in devices.install_hooks():
         if check is not None:
             check(dump_on_oom)  # e.g. the oom package's: a bad template is refused before anything is installed
-    conf_given = conf
-    given = given_conf(conf)
-    conf = resolve_conf(given)
     if torch.cuda.is_available():
         from torchmem.cuda import install_cuda
 
-        install_cuda(kind, conf)
+        install_cuda(kind, conf)  # Note [Settings on CUDA]: conf, TORCHMEM_ALLOC_CONF, then PyTorch's variable
     else:
-        from torchmem.cpu_settings import with_cpu_defaults
-
-        from torchmem.pytorch_env import pytorch_conf
-
-        pytorch_setting = pytorch_conf()  # PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF, as PyTorch reads them
-        if conf_given is None and not os.environ.get(ENV_CONF) and pytorch_setting and pytorch_setting[1]:
-            name, value = pytorch_setting
-            warnings.warn(f"torchmem.install(): {name}={value} is not applied: it configures PyTorch's own "
-                          f"allocator, and on the CPU torchmem reads {ENV_CONF} or install(conf=...); the CPU "
-                          "allocator runs with torchmem's defaults", stacklevel=2)
-        previous = _C.cpu_caching_allocator() if _C.cpu_installed() else None
-        live_before = previous.stats()["allocated_bytes"]["all"]["current"] if previous is not None else 0
-        _C.cpu_install(with_cpu_defaults(given))  # the keys as given: a native value overrides a CPU default
-        now = _C.cpu_caching_allocator()
-        if live_before and now is not None and now.stats()["allocated_bytes"]["all"]["current"] < live_before:
-            warnings.warn(f"torchmem.install(): installed again with other settings, so a fresh caching allocator "
-                          f"serves new tensors; the {live_before:,} bytes of tensors made before stay with the previous "
-                          f"one (they are freed correctly) and are left out of memory_stats(), memory_allocated() and "
-                          f"memory_summary() from now on", stacklevel=2)
+        _install_cpu(conf)
     for after, _ in devices.install_hooks():
         after(dump_on_oom)  # the oom package's (torchmem/oom/dump.py) records, and dumps on OOM when asked
+
+
+def _install_cpu(conf: str | None) -> None:
+    """The CPU install: `conf`, else $TORCHMEM_ALLOC_CONF, over torchmem's CPU defaults.
+
+    PyTorch's CPU allocator has no settings variable, so PyTorch's
+    (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF) is not read here; a
+    warning names it when it is set and torchmem's settings are not."""
+    from torchmem.cpu_settings import with_cpu_defaults
+    from torchmem.pytorch_env import pytorch_conf
+
+    given = given_conf(conf)
+    resolve_conf(given)  # a bad config is refused before anything is installed
+    pytorch_setting = pytorch_conf()  # PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF, as PyTorch reads them
+    if conf is None and not os.environ.get(ENV_CONF) and pytorch_setting and pytorch_setting[1]:
+        name, value = pytorch_setting
+        warnings.warn(f"torchmem.install(): {name}={value} is not applied: it configures PyTorch's own "
+                      f"allocator, and on the CPU torchmem reads {ENV_CONF} or install(conf=...); the CPU "
+                      "allocator runs with torchmem's defaults", stacklevel=3)
+    previous = _C.cpu_caching_allocator() if _C.cpu_installed() else None
+    live_before = previous.stats()["allocated_bytes"]["all"]["current"] if previous is not None else 0
+    _C.cpu_install(with_cpu_defaults(given))  # the keys as given: a native value overrides a CPU default
+    now = _C.cpu_caching_allocator()
+    if live_before and now is not None and now.stats()["allocated_bytes"]["all"]["current"] < live_before:
+        warnings.warn(f"torchmem.install(): installed again with other settings, so a fresh caching allocator "
+                      f"serves new tensors; the {live_before:,} bytes of tensors made before stay with the previous "
+                      f"one (they are freed correctly) and are left out of memory_stats(), memory_allocated() and "
+                      f"memory_summary() from now on", stacklevel=3)
 
 
 def uninstall() -> None:
