@@ -165,3 +165,13 @@ def test_snapshot_marks_and_other_devices_are_not_compared():
     b["device_traces"][0].insert(3, {"action": "snapshot", "addr": 0, "size": 0})
     b["device_traces"].append([{"action": "segment_alloc", "addr": 1, "size": 2 * MiB}])
     assert compare(a, b).agrees
+
+
+def test_a_block_from_before_the_window_freed_in_it_counts_at_its_rounded_size():
+    program = [("seg", "L", 20 * MiB), ("alloc", "w", "L", 0, 4 * MiB - 100), ("free", "w"),
+               ("alloc", "x", "L", 0, MiB)]
+    snap = run(1 << 32, program)
+    c = compare({**snap, "device_traces": [snap["device_traces"][0][2:]]}, snap, other_start=2)
+    # at the window's start 4 MiB are allocated (w's block); then 1 MiB
+    assert c.peaks_real.allocated == c.peaks_other.allocated == 4 * MiB
+    assert (c.peaks_real.approximate, c.peaks_other.approximate) == (1, 0)

@@ -212,8 +212,11 @@ class Layout:
         self.live[addr] = block
         return block
 
-    def free(self, addr: int, seg: int | None) -> int:
-        size = self.live.pop(addr, 0)
+    def free(self, addr: int, seg: int | None, requested: int = 0, counted: bool = True) -> int:
+        size = self.live.pop(addr, None)
+        if size is None:  # allocated before recording began: its block size is inferred
+            size = rounded(requested) if requested else 0
+            self.approximate += counted
         blocks = self.blocks.get(seg) if seg is not None else None
         if blocks is not None:
             off = addr - seg
@@ -282,7 +285,7 @@ def events_and_peaks(snapshot: dict[str, Any], device: int = 0, start: int = 0,
             offset = addr - seg if seg is not None else None
             allocated += layout.alloc(addr, size, seg, counted=i >= start)
         elif action == "free_completed":
-            allocated -= layout.free(addr, layout.find(addr, unmade))
+            allocated -= layout.free(addr, layout.find(addr, unmade), size, counted=i >= start)
         if i < start:
             continue
         if action in ("segment_alloc", "segment_map"):
