@@ -1,56 +1,291 @@
-"""Build torchmem: a pure C++ core, c10 glue and pybind11 bindings in one extension.
+"""Build torchmem against the torch installed in the environment that runs the build.
 
-The CUDA glue (csrc/cuda, csrc/torch/cuda_*) is compiled only when the installed
-torch is a CUDA build and CUDA_HOME is found; everything else builds on any
-machine with a CPU torch.
+    pip install --no-build-isolation .          # or a git URL in place of "."
+
+The extension links that torch's libraries, so it must be built with that very
+torch. pyproject.toml therefore lists no torch among its build requirements: a
+build under pip's build isolation sees no torch and stops at once, saying what
+to type. The package's metadata pins the torch it was built against.
+
+The CUDA glue (csrc/cuda, csrc/torch/cuda_*) is compiled when torch is a CUDA
+build. It is plain C++ (no .cu files, so no nvcc): it needs only the CUDA
+runtime's headers and library, taken from torch's own nvidia wheels
+(nvidia/cu13 for CUDA 13, nvidia/cuda_runtime and its siblings for CUDA 12),
+else from CUDA_HOME when that toolkit has torch's CUDA major version. CUDA 13's
+runtime wheel lacks crt/ (nvidia-cuda-crt has it); when that wheel is absent,
+crt/ comes from the CUDA headers bundled with triton, a dependency of torch.
+No nvcc runs, so torch's check of nvcc's version against torch.version.cuda
+(made only for .cu sources) never applies. TORCHMEM_NO_CUDA=1 builds without
+the glue.
+
+Objects go to build/<cpu|cuda>-<torch release>/temp (the Makefile's fake-GPU
+build uses the same folder), so builds against different torches never mix and
+a rebuild compiles only what changed; a wheel's files are staged in
+build/<...>/wheel, emptied first so no stale file reaches the wheel.
 """
+from __future__ import annotations
+
 import glob
 import os
+import re
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple, NoReturn
 
 from setuptools import find_packages, setup
-from torch.utils import cpp_extension
+from setuptools.command.build import build
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+ROOT = Path(__file__).resolve().parent
+HOW = "pip install --no-build-isolation <this checkout or its git URL>"
+
+
+def fail(message: str) -> NoReturn:
+    """Stops the build with one line on stderr."""
+    sys.exit(f"torchmem: {message}")
+
+
+def torch_outside_build() -> str | None:
+    """The folder of the torch this Python sees without the build's own path (pip's isolation adds its
+    packages through PYTHONPATH), or None when it sees none."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    probe = "import importlib.util as u; s = u.find_spec('torch'); print(s.origin if s and s.origin else '')"
+    try:
+        found = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                               timeout=60).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return os.path.dirname(found) if found else None
+
+
+def isolated_env(path: str) -> bool:
+    """Whether `path` lies in a build frontend's throw-away environment (pip: pip-build-env-*, build: build-env-*)."""
+    return any(part.startswith(("pip-build-env-", "build-env-")) for part in Path(path).parts)
+
+
+def import_torch() -> tuple[ModuleType, ModuleType]:
+    """torch and torch.utils.cpp_extension, or a one-line error when the build cannot use the user's torch."""
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as exc:
+        found = torch_outside_build()
+        if found:
+            fail(f"build isolation hides your torch ({found}); torchmem must be built against it: {HOW}")
+        fail(f"no torch in this environment ({exc}); install torch first, then: {HOW}")
+    if isolated_env(torch.__file__):
+        fail(f"this build sees a torch installed for the build alone ({os.path.dirname(torch.__file__)}), "
+             f"not yours; torchmem must be built against your installed torch: {HOW}")
+    return torch, cpp_extension
+
+
+class CudaRuntime(NamedTuple):
+    """Where the CUDA glue's headers and runtime library come from."""
+
+    include_dirs: list[str]
+    library: str   # the libcudart.so.<major> file to link
+    origin: str    # for the build log
+    complete: bool = True  # False: crt/ is missing
+
+
+def runtime_major(include_dir: Path) -> int | None:
+    """The CUDA major version of cuda_runtime_api.h in `include_dir` (CUDART_VERSION 13000 -> 13), or None."""
+    try:
+        text = (include_dir / "cuda_runtime_api.h").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", text)
+    return int(match.group(1)) // 1000 if match else None
+
+
+def nvidia_folders(torch: ModuleType) -> list[Path]:
+    """The `nvidia` wheel folders this torch can load from: beside torch first, then the namespace package's."""
+    import importlib.util
+
+    folders = [Path(torch.__file__).resolve().parents[1] / "nvidia"]
+    spec = importlib.util.find_spec("nvidia")
+    if spec is not None and spec.submodule_search_locations:
+        folders += [Path(p).resolve() for p in spec.submodule_search_locations]
+    unique: list[Path] = []
+    for folder in folders:
+        if folder.is_dir() and folder not in unique:
+            unique.append(folder)
+    return unique
+
+
+def has_crt(include_dir: Path) -> bool:
+    """Whether `include_dir` has crt/host_defines.h, which cuda_runtime_api.h includes."""
+    return (include_dir / "crt" / "host_defines.h").is_file()
+
+
+def crt_elsewhere(major: int) -> Path | None:
+    """A CUDA <major> include folder with crt/ for runtime headers shipped without it.
+
+    CUDA 13's nvidia-cuda-runtime wheel leaves crt/ to nvidia-cuda-crt, which torch does not pull in;
+    triton, which torch does pull in on Linux, bundles a full set of CUDA headers.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.origin:
+        return None
+    bundled = Path(spec.origin).parent / "backends" / "nvidia" / "include"
+    return bundled if has_crt(bundled) and runtime_major(bundled) == major else None
+
+
+def wheel_runtime(folder: Path, major: int) -> CudaRuntime | None:
+    """The CUDA runtime in one nvidia folder: nvidia/cu<major> (CUDA 13 wheels), else nvidia/cuda_runtime with
+    the include folders of its sibling wheels (CUDA 12: cublas, cusparse, nvrtc, ...)."""
+    for name in (f"cu{major}", "cuda_runtime"):
+        home = folder / name
+        library = home / "lib" / f"libcudart.so.{major}"
+        if runtime_major(home / "include") != major or not library.is_file():
+            continue
+        siblings = [] if name != "cuda_runtime" else sorted(
+            str(p) for p in folder.glob("*/include") if p.is_dir() and p.parent.name != name)
+        include_dirs = [str(home / "include"), *siblings]
+        origin = f"torch's nvidia wheels ({home})"
+        if not any(has_crt(Path(d)) for d in include_dirs):
+            crt = crt_elsewhere(major)
+            if crt is None:
+                return CudaRuntime(include_dirs, str(library), origin, complete=False)
+            include_dirs.append(str(crt))  # after the runtime's own: only what they lack comes from there
+            origin += f", crt/ from {crt}"
+        return CudaRuntime(include_dirs, str(library), origin)
+    return None
+
+
+def nvidia_version(dist: str, major: int) -> str:
+    """A pip version pattern for an NVIDIA component of torch's CUDA: crt/ shares nvrtc's version (13.0.88)."""
+    for name in (dist, f"{dist}-cu{major}"):
+        try:
+            return ".".join(metadata.version(name).split(".")[:3]) + ".*"
+        except metadata.PackageNotFoundError:
+            pass
+    return f"{major}.*"
+
+
+def toolkit_runtime(cuda_home: str | None, major: int) -> CudaRuntime | None:
+    """The CUDA runtime of a toolkit (CUDA_HOME), when its major version is torch's."""
+    if not cuda_home or runtime_major(Path(cuda_home, "include")) != major:
+        return None
+    for lib in ("lib64", "lib", "targets/x86_64-linux/lib"):
+        library = Path(cuda_home, lib, f"libcudart.so.{major}")
+        if library.is_file():
+            return CudaRuntime([str(Path(cuda_home, "include"))], str(library), f"the CUDA toolkit at {cuda_home}")
+    return None
+
+
+def cuda_runtime(torch: ModuleType, cpp_extension: ModuleType) -> CudaRuntime | None:
+    """The CUDA runtime the glue is built with; None for a CPU torch or TORCHMEM_NO_CUDA=1."""
+    if torch.version.cuda is None or os.environ.get("TORCHMEM_NO_CUDA") == "1":
+        return None
+    major = int(torch.version.cuda.split(".")[0])
+    folders = nvidia_folders(torch)
+    found = [r for r in (wheel_runtime(folder, major) for folder in folders) if r is not None]
+    found.append(toolkit_runtime(cpp_extension.CUDA_HOME, major))
+    for runtime in found:
+        if runtime is not None and runtime.complete:
+            return runtime
+    if found[0] is not None:
+        fail(f"the CUDA {major} headers in {found[0].include_dirs[0]} lack crt/ (NVIDIA ships it in another wheel): "
+             f"pip install 'nvidia-cuda-crt=={nvidia_version('nvidia-cuda-nvrtc', major)}', then: {HOW}")
+    fail(f"torch {torch.__version__} is a CUDA {torch.version.cuda} build, but no CUDA {major} runtime headers were "
+         f"found (nvidia wheels: {', '.join(map(str, folders)) or 'none'}; CUDA_HOME: {cpp_extension.CUDA_HOME}): "
+         f"install the nvidia-cuda-runtime wheel for CUDA {major}, set CUDA_HOME to a CUDA {major} toolkit, "
+         "or set TORCHMEM_NO_CUDA=1 to build without CUDA")
+
+
+def torch_requirement(torch: ModuleType) -> str:
+    """The pin on the torch built against: its distribution's version as pip sees it (PyPI's CUDA wheel says
+    2.14.1 where torch.__version__ says 2.14.1+cu130; the CPU wheel says 2.13.0+cpu)."""
+    try:
+        return f"torch=={metadata.version('torch')}"
+    except metadata.PackageNotFoundError:  # a torch built from source and put on the path by hand
+        return f"torch=={torch.__version__}"
+
+
+def build_dir(torch: ModuleType, cuda: CudaRuntime | None) -> str:
+    """build/cuda-2.14.1, build/cpu-2.13.0: one folder per torch release and flavour."""
+    release = torch.__version__.split("+")[0]
+    return os.path.join("build", f"{'cuda' if cuda else 'cpu'}-{release}")
+
+
+def version(torch: ModuleType, cuda: CudaRuntime | None) -> str:
+    """0.1.0+torch2.14.1.cu130: the torch built against in the local label, so wheels built against
+    different torches have different names (PyTorch's own wheels do the same)."""
+    release = torch.__version__.split("+")[0]
+    flavour = "cu" + torch.version.cuda.replace(".", "") if cuda else "cpu"
+    return f"0.1.0+torch{release}.{flavour}"
 
 
 def sources(pattern: str) -> list[str]:
-    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True))
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(str(ROOT / pattern), recursive=True))
 
 
-def cuda_available() -> bool:
-    import torch
+torch, cpp_extension = import_torch()
+cuda = cuda_runtime(torch, cpp_extension)
+BUILD_DIR = build_dir(torch, cuda)
+if cuda:
+    print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from {cuda.origin}")
 
-    return torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+
+class Build(build):
+    """Stages a wheel's files in BUILD_DIR/wheel, emptied first, unless a folder is given."""
+
+    def finalize_options(self) -> None:
+        self.owns_build_lib = self.build_lib is None
+        if self.owns_build_lib:
+            self.build_lib = os.path.join(BUILD_DIR, "wheel")
+        super().finalize_options()
+
+    def run(self) -> None:
+        if self.owns_build_lib:
+            shutil.rmtree(self.build_lib, ignore_errors=True)
+        super().run()
+
+
+class BuildExt(cpp_extension.BuildExtension):
+    """Compiles into BUILD_DIR/temp unless --build-temp is given (editable installs included)."""
+
+    def finalize_options(self) -> None:
+        if self.build_temp is None:
+            self.build_temp = os.path.join(BUILD_DIR, "temp")
+        super().finalize_options()
 
 
 core = sources("csrc/core/**/*.cpp")
 cpu_glue = sources("csrc/torch/cpu_*.cpp")
 bindings = sources("csrc/bindings/*.cpp")
-cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda_available() else []
+cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda else []
 
 # No -std flag: torch.utils.cpp_extension picks the standard the installed
 # torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and
 # compiles under both.
-cxx_flags = ["-O2", "-fvisibility=hidden"]
-define_macros = [("TORCHMEM_WITH_CUDA", "1")] if cuda_glue else []
-
-Extension = cpp_extension.CUDAExtension if cuda_glue else cpp_extension.CppExtension
-extension = Extension(
+extension = cpp_extension.CppExtension(
     name="torchmem._C",
     sources=core + cpu_glue + cuda_glue + bindings,
-    include_dirs=[os.path.join(ROOT, "csrc")],
-    extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O2"]} if cuda_glue else cxx_flags,
-    define_macros=define_macros,
-    libraries=["c10_cuda", "torch_cuda"] if cuda_glue else [],
+    include_dirs=[str(ROOT / "csrc"), *(cuda.include_dirs if cuda else [])],
+    extra_compile_args=["-O2", "-fvisibility=hidden"],
+    define_macros=[("TORCHMEM_WITH_CUDA", "1")] if cuda else [],
+    libraries=["c10_cuda", "torch_cuda"] if cuda else [],
+    extra_link_args=[cuda.library] if cuda else [],
 )
 
 setup(
     name="torchmem",
-    version="0.1.0",
+    version=version(torch, cuda),
     description="Memory toolkit for PyTorch: caching, arena and paged allocators, a planner and a replayer",
     packages=find_packages(include=["torchmem", "torchmem.*"]),
+    # preflight's start-up hook: a folder put on the child's PYTHONPATH, not a package.
+    package_data={"torchmem.preflight": ["startup/sitecustomize.py"]},
     python_requires=">=3.10",
+    install_requires=[torch_requirement(torch), "numpy", "tqdm"],
+    extras_require={"plot": ["matplotlib"]},
     ext_modules=[extension],
-    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build": Build, "build_ext": BuildExt.with_options(use_ninja=True)},
     entry_points={"console_scripts": ["torchmem=torchmem.__main__:main"]},
 )
