@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext
+.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext
 
 # The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
 # cuBLASLt plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
@@ -121,8 +121,12 @@ $(CUDA_VENV)/.deps: requirements-dev.txt requirements-fakegpu.txt
 	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'FAKE-GPU TIER: requirements-fakegpu.txt replaced the CUDA build of torch')"
 	touch $@
 
+# torchmem's CUDA glue needs torch 2.8 or newer (csrc/torch/cuda_allocator.h): against older releases the
+# build has the core and the CPU glue only, which is what the oracle and preflight need.
+FAKEGPU_NO_GLUE := $(if $(filter 2.0.% 2.1.% 2.2.% 2.3.% 2.4.% 2.5.% 2.6.% 2.7.%,$(FAKEGPU_TORCH)),TORCHMEM_NO_CUDA=1)
+
 $(CUDA_BUILD)/.built: $(CUDA_VENV)/.deps $(SOURCES)
-	CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_PY) setup.py -q build_ext \
+	$(FAKEGPU_NO_GLUE) CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_PY) setup.py -q build_ext \
 	  --build-temp $(CUDA_BUILD)/temp --build-lib $(CUDA_BUILD)/lib
 	$(CUDA_PY) -c "import glob, sys; sys.exit(0 if glob.glob('$(CUDA_BUILD)/lib/torchmem/_C*.so') else 'no extension built in $(CUDA_BUILD)')"
 	touch $@
@@ -149,6 +153,25 @@ test-cpu: $(VENV)/.built
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log
 	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q $(XDIST) tests/fakegpu tests/cuda $(PYTEST_ARGS)
+
+# The CUDA 12 tier (docs/fakegpu.md): torch $(FAKEGPU12_TORCH), a CUDA 12 build from the package index,
+# on the CUDA 12 stand-ins (build/fakegpu/cuda12, picked by the launcher from the venv's torch): the fake
+# GPU's own checks, the oracle's first $(FAKEGPU12_ORACLE_CASES) workloads and the preflight workloads. A
+# second make reads the headers the venv's nvidia wheels bring.
+FAKEGPU12_TORCH ?= 2.6.0
+FAKEGPU12_ORACLE_CASES ?= 100
+FAKEGPU12_TESTS ?= tests/fakegpu/test_cuda_majors.py tests/fakegpu/test_runtime.py tests/fakegpu/test_cublas_standin.py \
+  tests/fakegpu/test_native_oracle.py tests/fakegpu/test_preflight.py tests/fakegpu/test_preflight_workloads.py
+
+test-fakegpu-cu12:
+	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
+	$(MAKE) fakegpu-cu12-run FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
+
+fakegpu-cu12-run: $(FAKEGPU12_LIBS) $(CUDA_BUILD)/.built
+	@$(CUDA_PY) -c "import torch, sys; sys.exit(0 if (torch.version.cuda or '').startswith('12.') else 'CUDA 12 TIER: torch ' + torch.__version__ + ' in $(CUDA_VENV) is not a CUDA 12 build')"
+	rm -f $(CUDA_BUILD)/unimplemented.log
+	$(FAKEGPU_ENV) TORCHMEM_ORACLE_CASES=$(FAKEGPU12_ORACLE_CASES) $(CUDA_PY) -m torchmem.fakegpu -- \
+	  $(CUDA_PY) -m pytest -q $(XDIST) $(FAKEGPU12_TESTS) $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	$(PY) -m pytest -q -x $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda -m "not slow"

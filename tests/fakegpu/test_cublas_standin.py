@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fakegpu.helpers import MiB, run_json
+from torchmem import fakegpu
 
 MATMULS = """
 import json, torch
@@ -59,9 +60,8 @@ def test_the_stand_ins_come_first_and_report_the_wheels_version():
         version.restype = ctypes.c_size_t
         print(json.dumps({"where": where, "lt_version": version()}))
     """)
-    assert all(path.endswith(("build/fakegpu/libcublas.so.13", "build/fakegpu/libcublasLt.so.13"))
-               for path in out["where"].values()), out["where"]
-    from importlib import metadata
-
-    major, minor, patch = (int(p) for p in metadata.version("nvidia-cublas").split(".")[:3])
+    ours = {str(fakegpu.library_dir() / name) for name in fakegpu.blas(fakegpu.torch_build().major)}
+    assert set(out["where"].values()) == ours, out["where"]
+    wheel = fakegpu.torch_build().cublas  # the nvidia-cublas (CUDA 13) or nvidia-cublas-cu12 wheel's version
+    major, minor, patch = (int(p) for p in wheel.split(".")[:3])
     assert out["lt_version"] == major * 10000 + minor * 100 + patch

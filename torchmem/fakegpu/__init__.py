@@ -124,7 +124,8 @@ def torch_build(python: str | None = None) -> TorchBuild:
 
     Raises FakeGPUError when `python` cannot be run or does not answer.
     """
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    # abspath, not realpath: every venv's python links to the same base interpreter, each with its own torch
+    if python is None or os.path.abspath(python) == os.path.abspath(sys.executable):
         return TorchBuild(sys.executable, **_read_torch_build())
     code = inspect.getsource(_read_torch_build) + "\nimport json\nprint(json.dumps(_read_torch_build()))\n"
     try:
