@@ -67,7 +67,7 @@ def _wrap(module):
         if "preflight" not in caller:
             enabled = args[0] if args else kwargs.get("enabled", "all")
             _note({"call": "record", "enabled": enabled is not None and enabled is not False,
-                   "entries": _entries(torch), "caller": caller})
+                   "entries": _entries(torch), "caller": caller, "max_entries": kwargs.get("max_entries")})
         return record(*args, **kwargs)
 
     def _dump_snapshot(filename="dump_snapshot.pickle"):
@@ -152,7 +152,7 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
              reuse: bool = False) -> dict[str, Any]:
     from torchmem.preflight import PreflightError, run_command
     from torchmem.preflight.compare import Peaks, compare
-    from torchmem.traces import load_snapshot
+    from torchmem.traces import TraceError, load_snapshot
 
     name = case["name"]
     folder = out / name
@@ -217,9 +217,23 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
         result["capability"] = p.get("capability")
         d = (p.get("devices") or [{}])[0]
         result["memory_stats_peaks"] = [d.get("peak_allocated"), d.get("peak_reserved")]
-    real = load_snapshot(str(real_path))
-    other = load_snapshot(str(other_path))
+    try:
+        real = load_snapshot(str(real_path))
+        other = load_snapshot(str(other_path))
+    except (OSError, TraceError) as exc:
+        result["error"] = f"cannot read a snapshot: {exc}"
+        return result
+    ring = starts[0].get("max_entries") if starts else None
+    if ring and len(other["device_traces"][0]) >= ring:
+        # the script's max_entries keeps the last `ring` entries on both sides: the windows end together
+        start = result["start_entry"] = 0
+        result["window"] = f"the last {ring:,} entries before the dump (the script's max_entries)"
     comparison = compare(real, other, other_start=start)
+    if start == 0 and comparison.peaks_other.approximate:
+        exact = real_peaks(other_path)
+        if exact is not None:
+            comparison.peaks_other = Peaks(exact[0], exact[1], 0)
+            comparison.notes.append("preflight peaks from torchmem's replay of its window (its start state rebuilt)")
     if comparison.peaks_real.approximate:
         exact = real_peaks(real_path)
         if exact is not None:
@@ -290,11 +304,19 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.sources is None:
             parser.error("give --sources (with the cases file) or --checkout")
-        cases = json.loads(args.cases.read_text())
+        try:
+            cases = json.loads(args.cases.read_text())
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"{args.cases}: cannot read the cases: {exc}") from None
+        unknown = set(args.only or ()) - {c["name"] for c in cases}
+        if unknown:
+            raise SystemExit(f"--only: no case named {', '.join(sorted(unknown))} in {args.cases}")
         for case in cases:
             if args.only and case["name"] not in args.only:
                 continue
             bare = args.sources / case["repo"].replace("/", "+") / "repo"
+            if not bare.is_dir():
+                raise SystemExit(f"{bare}: no git directory of {case['repo']} there (fetch it, or give --sources)")
             checkout = (args.out / case["name"] / "checkout").resolve()
             checkout.mkdir(parents=True, exist_ok=True)
             export(bare, case["commit"], case["paths"], checkout)
