@@ -1,8 +1,13 @@
 /* A fake libnvidia-ml.so.1: PyTorch asks NVML about devices, processes and
  * links (and torch 2.13 with expandable segments calls nvmlInit_v2 through a
  * null pointer when the library is missing). Devices are found by index, PCI
- * bus id or UUID; process lists are empty; link and fabric queries answer
- * "not supported". Types are the C ABI's: enums as int, handles as pointers. */
+ * bus id or UUID; process lists are empty; link queries answer "not
+ * supported". Fabric queries answer as a card of the fake compute capability
+ * (TORCHMEM_FAKEGPU_CC, default 9.0) would: from sm90 on, success with the
+ * state "not supported" (a card outside any NVLink fabric); before sm90, the
+ * call itself is not supported. Types are the C ABI's: enums as int, handles
+ * as pointers. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +17,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 
 static int devices[64];
 
@@ -102,12 +108,66 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(void *a, void *b, int index, int *status) {
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
+/* Fabric info (nvml.h's nvmlGpuFabricInfo_t and nvmlGpuFabricInfoV_t). A
+ * versioned struct's version is its size | (version << 24): v2 ends after
+ * healthMask, v3 adds healthSummary. PyTorch's CUDA allocator asks for it when
+ * it picks the handle type of expandable segments, and warns once
+ * ("nvmlDeviceGetGpuFabricInfoV failed. This function is only supported on
+ * sm90+") when the call fails. */
+#define NVML_GPU_FABRIC_UUID_LEN 16
+#define NVML_GPU_FABRIC_STATE_NOT_SUPPORTED 0
+
+typedef struct {
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  unsigned char state;
+} fabric_info_v1;
+
+typedef struct {
+  unsigned int version;
+  unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+  nvmlReturn_t status;
+  unsigned int cliqueId;
+  unsigned char state;
+  unsigned int healthMask;
+  unsigned char healthSummary; /* v3 only */
+} fabric_info_v;
+
+#define FABRIC_INFO_V2 ((unsigned)offsetof(fabric_info_v, healthSummary) | (2u << 24))
+#define FABRIC_INFO_V3 ((unsigned)sizeof(fabric_info_v) | (3u << 24))
+
+/* Whether the fake card is sm90 or newer, where NVML answers fabric queries. */
+static int fabric_queries_supported(void) {
+  const char *cc = getenv("TORCHMEM_FAKEGPU_CC");
+  int major = 9, minor = 0;
+  if (cc != NULL && sscanf(cc, "%d.%d", &major, &minor) != 2) major = 9;
+  return major >= 9;
+}
+
+static int known_device(const void *device) {
+  const int *d = (const int *)device;
+  return d >= devices && d < devices + device_count();
+}
+
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(void *device, void *info) {
-  (void)device, (void)info;
-  return NVML_ERROR_NOT_SUPPORTED;
+  if (!known_device(device) || info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!fabric_queries_supported()) return NVML_ERROR_NOT_SUPPORTED;
+  fabric_info_v *out = (fabric_info_v *)info;
+  unsigned version = out->version;
+  if (version != FABRIC_INFO_V2 && version != FABRIC_INFO_V3) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  memset((char *)info + sizeof out->version, 0, (version & 0xffffffu) - sizeof out->version);
+  out->status = NVML_SUCCESS;
+  out->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+  return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetGpuFabricInfo(void *device, void *info) {
-  (void)device, (void)info;
-  return NVML_ERROR_NOT_SUPPORTED;
+  if (!known_device(device) || info == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!fabric_queries_supported()) return NVML_ERROR_NOT_SUPPORTED;
+  fabric_info_v1 *out = (fabric_info_v1 *)info;
+  memset(out, 0, sizeof *out);
+  out->status = NVML_SUCCESS;
+  out->state = NVML_GPU_FABRIC_STATE_NOT_SUPPORTED;
+  return NVML_SUCCESS;
 }
