@@ -66,8 +66,17 @@ def _wrap(module):
         caller = sys._getframe(1).f_code.co_filename
         if "preflight" not in caller:
             enabled = args[0] if args else kwargs.get("enabled", "all")
-            _note({"call": "record", "enabled": enabled is not None and enabled is not False,
-                   "entries": _entries(torch), "caller": caller, "max_entries": kwargs.get("max_entries")})
+            enabled = enabled is not None and enabled is not False
+            ring = kwargs.get("max_entries")
+            entries = _entries(torch)
+            cleared = bool(enabled and ring and entries >= ring)
+            if cleared:
+                # A ring of `ring` entries over a longer trace overwrites it in place (CUDACachingAllocator):
+                # start from an empty history, as the script's own call does on a GPU.
+                record(enabled=None)
+                entries = 0
+            _note({"call": "record", "enabled": enabled, "entries": entries, "caller": caller, "max_entries": ring,
+                   "cleared": cleared})
         return record(*args, **kwargs)
 
     def _dump_snapshot(filename="dump_snapshot.pickle"):
@@ -228,7 +237,9 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
         # the script's max_entries keeps the last `ring` entries on both sides: the windows end together
         start = result["start_entry"] = 0
         result["window"] = f"the last {ring:,} entries before the dump (the script's max_entries)"
-    comparison = compare(real, other, other_start=start)
+    elif starts and starts[0].get("cleared"):
+        result["window"] = "from the script's own call (preflight's earlier history cleared there)"
+    comparison = compare(real, other, other_start=start, shift=None if "window" in result and ring else 0)
     if start == 0 and comparison.peaks_other.approximate:
         exact = real_peaks(other_path)
         if exact is not None:

@@ -321,14 +321,38 @@ def first_segment_difference(real: Sequence[int], other: Sequence[int]) -> int |
     return None if len(real) == len(other) else min(len(real), len(other))
 
 
+def best_shift(real: Sequence[Event], other: Sequence[Event], limit: int = 64) -> int:
+    """For two windows that end together (a ring of the last N entries): the shift of their starts, from -limit
+    to limit, after which the most requests (action and size) agree from the start. Positive: drop real events."""
+    def run(a: Sequence[Event], b: Sequence[Event]) -> int:
+        n = 0
+        for x, y in zip(a, b):
+            if x.key()[:2] != y.key()[:2]:
+                break
+            n += 1
+        return n
+
+    scores = {k: run(real[k:], other) if k >= 0 else run(real, other[-k:]) for k in range(-limit, limit + 1)}
+    return max(scores, key=lambda k: (scores[k], -abs(k)))
+
+
 def compare(real: dict[str, Any], other: dict[str, Any], *, device: int = 0, real_start: int = 0,
-            other_start: int = 0, frames: int = 4) -> Comparison:
-    """Compares `other` (preflight's snapshot) against `real`, each from its own first entry of the window."""
+            other_start: int = 0, frames: int = 4, shift: int | None = 0) -> Comparison:
+    """Compares `other` (preflight's snapshot) against `real`, each from its own first entry of the window.
+
+    `shift` drops that many events from the start of the real window (negative: of preflight's) before
+    the events are compared; None finds it with best_shift (windows that end together). Peaks and
+    segment sizes cover the whole windows.
+    """
     ev_real, seg_real, peaks_real = events_and_peaks(real, device, real_start, frames)
     ev_other, seg_other, peaks_other = events_and_peaks(other, device, other_start, frames)
+    if shift is None:
+        shift = best_shift(ev_real, ev_other)
+    notes = [f"windows aligned by dropping the first {abs(shift)} {'real' if shift > 0 else 'preflight'} events"
+             ] if shift else []
+    ev_real, ev_other = (ev_real[shift:], ev_other) if shift >= 0 else (ev_real, ev_other[-shift:])
     first = first_difference(ev_real, ev_other)
     matching = first.position if first is not None else len(ev_real)
-    notes = []
     if peaks_real.approximate or peaks_other.approximate:
         notes.append(f"block sizes taken as rounded sizes: {peaks_real.approximate} real, "
                      f"{peaks_other.approximate} preflight (allocations in segments made before recording)")
