@@ -445,7 +445,8 @@ c10cca::SnapshotInfo CudaAllocator::make_snapshot(MempoolId_t mempool_id, bool i
   }
   const AllocatorConfig c = config();
   result.config_metadata.garbage_collection_threshold = c.garbage_collection_threshold;
-  result.config_metadata.max_split_size = c.max_split_size == std::numeric_limits<size_t>::max() ? 0 : c.max_split_size;
+  // Unset is SIZE_MAX, as native's (the snapshot's Python dict reads -1 for it).
+  result.config_metadata.max_split_size = c.max_split_size;
   result.config_metadata.expandable_segments = c.expandable_segments;
   result.config_metadata.last_allocator_settings = c.to_string();
   result.config_metadata.roundup_power2_divisions.assign(c.roundup_power2_divisions.begin(),
