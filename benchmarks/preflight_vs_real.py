@@ -80,10 +80,10 @@ def _wrap(module):
         return record(*args, **kwargs)
 
     def _dump_snapshot(filename="dump_snapshot.pickle"):
-        import torch
         caller = sys._getframe(1).f_code.co_filename
         if "preflight" not in caller:
-            _note({"call": "dump", "path": os.path.abspath(filename), "entries": _entries(torch), "caller": caller})
+            # no _snapshot() here: it would add a "snapshot" entry to a full ring, dropping the window's oldest one
+            _note({"call": "dump", "path": os.path.abspath(filename), "caller": caller})
         return dump(filename)
 
     module._record_memory_history = _record_memory_history
