@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext
+.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel
 
 # The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
 # cuBLASLt plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
@@ -133,6 +133,16 @@ $(CUDA_BUILD)/.built: $(CUDA_VENV)/.deps $(SOURCES)
 
 fakegpu-ext: $(CUDA_BUILD)/.built
 
+# A wheel built against the torch of WHEEL_PYTHON (default: the python3 on PATH,
+# so an active environment's) and requiring that very torch, into WHEEL_DIR.
+# Objects are kept per torch in build/<cpu|cuda>-<release>/temp (setup.py), so
+# a wheel after `make test` only links.
+WHEEL_PYTHON ?= $(PYTHON)
+WHEEL_DIR ?= dist
+
+wheel:
+	$(WHEEL_PYTHON) -m pip wheel -q --no-build-isolation --no-deps -w $(WHEEL_DIR) .
+
 demo: $(VENV)/.built
 	$(PY) -m torchmem demo
 
@@ -185,4 +195,4 @@ sanitize-quick:
 	TORCHMEM_QUICK=1 scripts/sanitize.sh
 
 clean:
-	rm -rf build *.egg-info torchmem/*.so $(VENV) .venv-cuda*
+	rm -rf build dist *.egg-info torchmem/*.so $(VENV) .venv-cuda*

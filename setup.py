@@ -41,6 +41,7 @@ from setuptools.command.build import build
 
 ROOT = Path(__file__).resolve().parent
 HOW = "pip install --no-build-isolation <this checkout or its git URL>"
+OLDEST_CUDA_TORCH = (2, 8)  # csrc/torch/cuda_allocator.h's static_assert
 
 
 def fail(message: str) -> NoReturn:
@@ -183,6 +184,10 @@ def cuda_runtime(torch: ModuleType, cpp_extension: ModuleType) -> CudaRuntime | 
     """The CUDA runtime the glue is built with; None for a CPU torch or TORCHMEM_NO_CUDA=1."""
     if torch.version.cuda is None or os.environ.get("TORCHMEM_NO_CUDA") == "1":
         return None
+    release = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
+    if release < OLDEST_CUDA_TORCH:
+        fail(f"the CUDA part needs torch {'.'.join(map(str, OLDEST_CUDA_TORCH))} or newer, not "
+             f"{torch.__version__}: upgrade torch, or set TORCHMEM_NO_CUDA=1 to build without it")
     major = int(torch.version.cuda.split(".")[0])
     folders = nvidia_folders(torch)
     found = [r for r in (wheel_runtime(folder, major) for folder in folders) if r is not None]
@@ -230,7 +235,8 @@ torch, cpp_extension = import_torch()
 cuda = cuda_runtime(torch, cpp_extension)
 BUILD_DIR = build_dir(torch, cuda)
 if cuda:
-    print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from {cuda.origin}")
+    print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from {cuda.origin}",
+          file=sys.stderr)
 
 
 class Build(build):

@@ -1,0 +1,226 @@
+"""torchmem from its wheel (`make wheel`) in fresh venvs: with the CUDA torch it was built against, on the fake
+GPU, and with a CPU torch. Each venv runs the installed `torchmem replay`, `advise` and `preflight`.
+
+One wheel per torch per session, built against .venv-cuda's torch and .venv's. setup.py keeps compiled objects
+per torch (build/<cpu|cuda>-<release>/temp), where `make test` already compiled them, so a wheel only links.
+The venvs are plain (`python -m venv`, no system site-packages); pip installs torch into them from this
+machine's disk, then the wheel, whose pin that torch must meet. Slow: mostly pip unpacking the CUDA torch and
+its nvidia wheels.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKEGPU_LIBS = ROOT / "build" / "fakegpu"
+SOURCES = {"cuda": ROOT / ".venv-cuda" / "bin" / "python", "cpu": ROOT / ".venv" / "bin" / "python"}
+NATIVE_OOM = ROOT / "tests" / "data" / "native" / "nesta_gitu.json.gz"  # a real GPU's snapshot, ending in an OOM
+MiB = 1 << 20
+
+pytestmark = pytest.mark.slow
+
+# On a 1 GiB card three 300 MiB blocks fit (900 MiB) and the fourth runs out of memory.
+BLOCK = 300 * MiB
+OOM_SCRIPT = f"""
+import torch
+keep = []
+for _ in range(4):
+    keep.append(torch.empty({BLOCK}, dtype=torch.uint8, device="cuda"))
+"""
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment less what points at the checkout or the fake GPU (the fake-GPU tier's own set-up)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "PYTHONHOME")
+           and (not k.startswith("TORCHMEM_") or k == "TORCHMEM_FAKEGPU_LOG")}
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], *, timeout: float = 600, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=clean_env(**env))
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.args}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@dataclass
+class Installed:
+    """A fresh venv with a torchmem wheel installed by pip."""
+
+    flavour: str        # "cuda" or "cpu"
+    torch: str          # the version pip knows the torch built against by (2.14.1, 2.13.0+cpu)
+    wheel: Path
+    venv: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def torchmem(self, *argv: str, **kwargs) -> subprocess.CompletedProcess:
+        """The venv's `torchmem` command, run from outside the checkout."""
+        return run([self.venv / "bin" / "torchmem", *argv], cwd=self.venv, **kwargs)
+
+
+def source_torch(python: Path) -> tuple[str, bool]:
+    """The torch of a venv: the version pip knows it by, and whether it is a CUDA build."""
+    code = "import importlib.metadata as m, torch; print(m.version('torch'), torch.version.cuda is not None)"
+    version, cuda = ok(run([python, "-c", code])).stdout.split()
+    return version, cuda == "True"
+
+
+def fresh_venv(venv: Path, torch: str) -> None:
+    """A plain venv with torch installed by pip (from this machine's disk). --no-compile: no .pyc for the
+    thousands of files of torch, which costs time only."""
+    ok(run([sys.executable, "-m", "venv", venv]))
+    ok(run([venv / "bin" / "pip", "install", "-q", "--no-compile", f"torch=={torch}"], timeout=1200))
+
+
+@pytest.fixture(scope="session")
+def venvs(tmp_path_factory) -> dict[str, Installed | str]:
+    """Per flavour, the venv with its wheel installed, or why there is none. pip installs torch into both
+    venvs side by side while the wheels are built in turn (both builds write the checkout's egg-info)."""
+    found: dict[str, Installed | str] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        pending = {}
+        for flavour, python in SOURCES.items():
+            if not python.exists():
+                found[flavour] = f"no {python.parent.parent.name} to build the {flavour} wheel with"
+                continue
+            version, cuda = source_torch(python)
+            if cuda != (flavour == "cuda"):
+                found[flavour] = f"torch {version} in {python.parent.parent.name} is not a {flavour} build"
+                continue
+            tmp = tmp_path_factory.mktemp(f"wheel-{flavour}")
+            pending[flavour] = (version, tmp, pool.submit(fresh_venv, tmp / "venv", version))
+        for flavour, (version, tmp, _) in pending.items():
+            ok(run(["make", "-s", "wheel", f"WHEEL_PYTHON={SOURCES[flavour]}", f"WHEEL_DIR={tmp / 'dist'}"],
+                   cwd=ROOT, timeout=1200))
+        for flavour, (version, tmp, venv_made) in pending.items():
+            venv_made.result()
+            (wheel,) = (tmp / "dist").glob("torchmem-*.whl")
+            # The wheel's own requirement must be met by the torch already there, or pip would look for another.
+            ok(run([tmp / "venv" / "bin" / "pip", "install", "-q", "--no-compile", wheel], timeout=600))
+            found[flavour] = Installed(flavour, version, wheel, tmp / "venv")
+    return found
+
+
+def installed(venvs: dict[str, Installed | str], flavour: str) -> Installed:
+    got = venvs[flavour]
+    if isinstance(got, str):
+        pytest.skip(got)
+    return got
+
+
+@pytest.fixture
+def cuda_venv(venvs) -> Installed:
+    return installed(venvs, "cuda")
+
+
+@pytest.fixture
+def cpu_venv(venvs) -> Installed:
+    return installed(venvs, "cpu")
+
+
+@pytest.fixture(scope="session")
+def native_oom(tmp_path_factory) -> tuple[Path, int]:
+    """The native fixture as a JSON file, and the size its recorded OOM asked for."""
+    path = tmp_path_factory.mktemp("native") / "nesta_gitu.json"
+    with gzip.open(NATIVE_OOM, "rt") as f:
+        snapshot = json.load(f)
+    path.write_text(json.dumps(snapshot))
+    ooms = [e["size"] for trace in snapshot["device_traces"] for e in trace if e["action"] == "oom"]
+    assert len(ooms) == 1
+    return path, ooms[0]
+
+
+def requirements(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        lines = z.read(name).decode().splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+
+
+def imported(venv: Installed) -> dict:
+    code = ("import json, importlib.metadata as m, torch, torchmem, torchmem._C as C; print(json.dumps({"
+            "'torchmem': torchmem.__file__, 'torch': m.version('torch'), 'cuda': torch.version.cuda, "
+            "'glue': hasattr(C, 'cuda_install')}))")
+    return json.loads(ok(run([venv.python, "-c", code], cwd=venv.venv)).stdout)
+
+
+def check_replay_and_advise(venv: Installed, snapshot: Path, oom_size: int) -> dict:
+    """replay reproduces the recorded OOM; advise finds that the recorded setting does not fit the card.
+    Returns advise's row for the recorded setting."""
+    replay = json.loads(ok(venv.torchmem("replay", "--json", "--no-progress", str(snapshot))).stdout)
+    assert replay["completed"] is False
+    assert replay["oom"]["size"] == oom_size
+    assert replay["recorded_oom"]["reproduced"] is True
+    rows = json.loads(ok(venv.torchmem("advise", "--json", "--no-progress", str(snapshot))).stdout)
+    recorded = [r for r in rows if r["recorded"]]
+    assert len(recorded) == 1 and recorded[0]["completes"] is False
+    assert recorded[0]["min_capacity"] > recorded[0]["capacity"]
+    return recorded[0]
+
+
+@pytest.mark.parametrize("flavour", ["cuda", "cpu"])
+def test_the_wheel_requires_the_torch_it_was_built_against(flavour, request):
+    venv: Installed = request.getfixturevalue(f"{flavour}_venv")
+    assert f"torch=={venv.torch}" in requirements(venv.wheel)
+    found = imported(venv)
+    assert Path(found["torchmem"]).is_relative_to(venv.venv)  # the wheel's, not the checkout's
+    assert found["torch"] == venv.torch  # installing the wheel left the torch it pins in place
+    assert (found["cuda"] is not None) == (flavour == "cuda")
+    assert found["glue"] == (flavour == "cuda")  # the CUDA glue is in the CUDA wheel only
+
+
+def test_cuda_wheel_swaps_the_allocator_on_the_fake_gpu(cuda_venv):
+    code = ("import json, torch, torchmem; torchmem.install(); x = torch.empty(5 << 20, dtype=torch.uint8, "
+            "device='cuda'); print(json.dumps([torch.cuda.memory.get_allocator_backend(), "
+            "torch.cuda.memory_allocated(), torchmem.memory_allocated()]))")
+    proc = ok(run([cuda_venv.python, "-m", "torchmem.fakegpu", "--", cuda_venv.python, "-c", code],
+                  cwd=cuda_venv.venv, TORCHMEM_FAKEGPU_LIBS=str(FAKEGPU_LIBS)))
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["torchmem", 5 * MiB, 5 * MiB]
+
+
+def test_cuda_wheel_preflight_then_replay_and_advise_its_snapshot(cuda_venv, tmp_path):
+    script = tmp_path / "oom.py"
+    script.write_text(OOM_SCRIPT)
+    out = tmp_path / "out"
+    proc = cuda_venv.torchmem("preflight", "--card", "1GiB", "--json", "--no-advise", "--out", str(out), "--",
+                              str(cuda_venv.python), str(script), TORCHMEM_FAKEGPU_LIBS=str(FAKEGPU_LIBS))
+    assert proc.returncode == 3, proc.stderr[-3000:]  # 3: ran out of memory
+    report = json.loads(proc.stdout)
+    (device,) = report["devices"]
+    assert report["fits"] is False
+    assert device["peak_allocated"] == 3 * BLOCK and device["num_ooms"] == 1
+    recorded = check_replay_and_advise(cuda_venv, Path(device["snapshot"]), BLOCK)
+    assert recorded["min_capacity"] == 4 * BLOCK  # all four blocks at once, to 2 MiB
+
+
+def test_cpu_wheel_replays_and_advises_a_real_gpus_snapshot(cpu_venv, native_oom):
+    check_replay_and_advise(cpu_venv, *native_oom)
+
+
+def test_cpu_wheel_preflight_says_in_one_line_that_torch_has_no_cuda(cpu_venv, tmp_path):
+    script = tmp_path / "oom.py"
+    script.write_text(OOM_SCRIPT)
+    proc = cpu_venv.torchmem("preflight", "--card", "1GiB", "--", str(cpu_venv.python), str(script),
+                             TORCHMEM_FAKEGPU_LIBS=str(FAKEGPU_LIBS))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torchmem preflight: error:"), proc.stderr
+    assert "not compiled with CUDA" in lines[0]
