@@ -231,67 +231,74 @@ def sources(pattern: str) -> list[str]:
     return sorted(os.path.relpath(p, ROOT) for p in glob.glob(str(ROOT / pattern), recursive=True))
 
 
-torch, cpp_extension = import_torch()
-cuda = cuda_runtime(torch, cpp_extension)
-BUILD_DIR = build_dir(torch, cuda)
-if cuda:
-    print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from {cuda.origin}",
-          file=sys.stderr)
+def commands(cpp_extension: ModuleType, folder: str) -> dict[str, type]:
+    """setuptools' build and build_ext, with their default folders under `folder` (see the module's docstring)."""
+
+    class Build(build):
+        """Stages a wheel's files in FOLDER/wheel, emptied first, unless a folder is given."""
+
+        def finalize_options(self) -> None:
+            self.owns_build_lib = self.build_lib is None
+            if self.owns_build_lib:
+                self.build_lib = os.path.join(folder, "wheel")
+            super().finalize_options()
+
+        def run(self) -> None:
+            if self.owns_build_lib:
+                shutil.rmtree(self.build_lib, ignore_errors=True)
+            super().run()
+
+    class BuildExt(cpp_extension.BuildExtension):
+        """Compiles into FOLDER/temp unless --build-temp is given (editable installs included)."""
+
+        def finalize_options(self) -> None:
+            if self.build_temp is None:
+                self.build_temp = os.path.join(folder, "temp")
+            super().finalize_options()
+
+    return {"build": Build, "build_ext": BuildExt.with_options(use_ninja=True)}
 
 
-class Build(build):
-    """Stages a wheel's files in BUILD_DIR/wheel, emptied first, unless a folder is given."""
+def main() -> None:
+    torch, cpp_extension = import_torch()
+    cuda = cuda_runtime(torch, cpp_extension)
+    if cuda:
+        print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from "
+              f"{cuda.origin}", file=sys.stderr)
+    core = sources("csrc/core/**/*.cpp")
+    cpu_glue = sources("csrc/torch/cpu_*.cpp")
+    bindings = sources("csrc/bindings/*.cpp")
+    cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda else []
 
-    def finalize_options(self) -> None:
-        self.owns_build_lib = self.build_lib is None
-        if self.owns_build_lib:
-            self.build_lib = os.path.join(BUILD_DIR, "wheel")
-        super().finalize_options()
+    # No -std flag: torch.utils.cpp_extension picks the standard the installed
+    # torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and
+    # compiles under both.
+    extension = cpp_extension.CppExtension(
+        name="torchmem._C",
+        sources=core + cpu_glue + cuda_glue + bindings,
+        include_dirs=[str(ROOT / "csrc"), *(cuda.include_dirs if cuda else [])],
+        extra_compile_args=["-O2", "-fvisibility=hidden"],
+        define_macros=[("TORCHMEM_WITH_CUDA", "1")] if cuda else [],
+        libraries=["c10_cuda", "torch_cuda"] if cuda else [],
+        extra_link_args=[cuda.library] if cuda else [],
+    )
 
-    def run(self) -> None:
-        if self.owns_build_lib:
-            shutil.rmtree(self.build_lib, ignore_errors=True)
-        super().run()
+    setup(
+        name="torchmem",
+        version=version(torch, cuda),
+        description="Memory toolkit for PyTorch: caching, arena and paged allocators, a planner and a replayer",
+        packages=find_packages(include=["torchmem", "torchmem.*"]),
+        # preflight's start-up hook: a folder put on the child's PYTHONPATH, not a package.
+        package_data={"torchmem.preflight": ["startup/sitecustomize.py"]},
+        python_requires=">=3.10",
+        install_requires=[torch_requirement(torch), "numpy", "tqdm"],
+        extras_require={"plot": ["matplotlib"]},
+        ext_modules=[extension],
+        cmdclass=commands(cpp_extension, build_dir(torch, cuda)),
+        entry_points={"console_scripts": ["torchmem=torchmem.__main__:main"]},
+    )
 
 
-class BuildExt(cpp_extension.BuildExtension):
-    """Compiles into BUILD_DIR/temp unless --build-temp is given (editable installs included)."""
-
-    def finalize_options(self) -> None:
-        if self.build_temp is None:
-            self.build_temp = os.path.join(BUILD_DIR, "temp")
-        super().finalize_options()
-
-
-core = sources("csrc/core/**/*.cpp")
-cpu_glue = sources("csrc/torch/cpu_*.cpp")
-bindings = sources("csrc/bindings/*.cpp")
-cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda else []
-
-# No -std flag: torch.utils.cpp_extension picks the standard the installed
-# torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and
-# compiles under both.
-extension = cpp_extension.CppExtension(
-    name="torchmem._C",
-    sources=core + cpu_glue + cuda_glue + bindings,
-    include_dirs=[str(ROOT / "csrc"), *(cuda.include_dirs if cuda else [])],
-    extra_compile_args=["-O2", "-fvisibility=hidden"],
-    define_macros=[("TORCHMEM_WITH_CUDA", "1")] if cuda else [],
-    libraries=["c10_cuda", "torch_cuda"] if cuda else [],
-    extra_link_args=[cuda.library] if cuda else [],
-)
-
-setup(
-    name="torchmem",
-    version=version(torch, cuda),
-    description="Memory toolkit for PyTorch: caching, arena and paged allocators, a planner and a replayer",
-    packages=find_packages(include=["torchmem", "torchmem.*"]),
-    # preflight's start-up hook: a folder put on the child's PYTHONPATH, not a package.
-    package_data={"torchmem.preflight": ["startup/sitecustomize.py"]},
-    python_requires=">=3.10",
-    install_requires=[torch_requirement(torch), "numpy", "tqdm"],
-    extras_require={"plot": ["matplotlib"]},
-    ext_modules=[extension],
-    cmdclass={"build": Build, "build_ext": BuildExt.with_options(use_ninja=True)},
-    entry_points={"console_scripts": ["torchmem=torchmem.__main__:main"]},
-)
+# pip's backend runs this file as __main__ too; tests import it to check the header search alone.
+if __name__ == "__main__":
+    main()
