@@ -237,6 +237,62 @@ def _at_exit() -> None:
     if _state["outcome"] is None:
         _state["outcome"] = {"status": "completed"}
     _write()
+    _quiesce_autograd()
+
+
+# Note [Autograd threads at interpreter exit]
+# PyTorch runs a CUDA backward on one autograd thread per device. After the
+# backward has returned to the caller, that thread may still hold the last
+# reference to the backward's GraphTask; its ThreadLocalState holds a copy of
+# the caller's contextvars.Context (a Python object), so releasing it takes
+# the GIL. If the interpreter has begun finalizing by then, CPython 3.11 ends
+# the thread with pthread_exit inside take_gil; the forced unwinding meets
+# noexcept C++ destructors (~GraphTask, ~ThreadLocalState) and std::terminate
+# aborts the process: "terminate called without an active exception", after
+# the snapshot is written (gdb, torch 2.14.1, the thread held at its
+# PyEval_AcquireThread until finalize_modules). So before the interpreter
+# finalizes, each device's autograd thread runs one empty backward, and the
+# main thread waits, without the GIL, until that backward's GraphTask is
+# released: the thread takes tasks in order, so every earlier GraphTask is
+# released by then too.
+
+class _Marker:
+    """A value put in a ContextVar: it lives exactly as long as the contexts that hold it."""
+
+
+def _quiesce_autograd(timeout: float = 10.0) -> None:
+    """Waits until no autograd device thread still holds a GraphTask (Note [Autograd threads at interpreter exit])."""
+    import contextvars
+    import time
+    import weakref
+
+    torch = sys.modules.get("torch")
+    if torch is None or torch.version.cuda is None or not torch.cuda.is_initialized():
+        return
+    try:
+        torch.cuda.memory._record_memory_history(enabled=None)  # the snapshot is written: stop recording stacks
+        marker_var: contextvars.ContextVar[Any] = contextvars.ContextVar("torchmem_preflight_quiesce")
+        for d in range(torch.cuda.device_count()):
+            if not torch.cuda.memory_stats(d).get("num_device_alloc", 0):
+                continue  # no tensor was ever made there: no backward ran there
+            for _ in range(2):  # the second: the thread has also dropped the first's last task (its node)
+                marker = _Marker()
+                released = weakref.ref(marker)
+                token = marker_var.set(marker)
+                try:
+                    with torch.enable_grad():
+                        leaf = torch.empty(0, device=f"cuda:{d}", requires_grad=True)  # empty: no device memory
+                        out, grad = leaf * 2, torch.empty(0, device=f"cuda:{d}")
+                        torch.autograd.backward(out, grad)
+                    _state.setdefault("quiesce_kept", []).append((leaf, out, grad))  # never freed on that thread
+                finally:
+                    marker_var.reset(token)
+                    del marker
+                deadline = time.monotonic() + timeout
+                while released() is not None and time.monotonic() < deadline:
+                    time.sleep(0.001)  # without the GIL, which the autograd thread needs to release the GraphTask
+    except Exception as exc:  # the process is ending: say so, never fail it here
+        print(f"torchmem preflight: the autograd threads could not be waited for at exit: {exc}", file=sys.stderr)
 
 
 def _write() -> None:
