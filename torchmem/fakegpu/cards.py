@@ -43,7 +43,7 @@ t4         15,095 MiB                   torch repr "Tesla T4 ... total_memory=15
 =========  ===========================  =====================================================================
 
 The same card reports a few hundred MiB more or less under other drivers
-(H100 SXM: 81,079 to 81,106 MiB under drivers 12.5 to 13.0; RTX 4090: 24,081
+(H100 SXM: 81,079 to 81,106 MiB under drivers 12.7 to 13.0; RTX 4090: 24,081
 to 24,564 MiB).
 
 Sources of ``outside`` (no source measured every card; each figure is the
