@@ -6,7 +6,10 @@ allocator, arena, block pool, planner and replayer, with invariant checks.
 
 - test_core_driver: the driver without sanitizers in quick mode
   (scripts/sanitize.sh's "plain" flavour: per-file -O0 objects, rebuilt only
-  when their source or a header changes), always run.
+  when their source or a header changes). A third build of the whole core
+  costs make test about five CPU-minutes, so it and the two listing tests
+  run with TORCHMEM_CPP_DRIVERS=1: `make sanitize-quick` sets it, and CI
+  runs that target after `make test`.
 - test_sanitizers_quick: scripts/sanitize.sh in quick mode (AddressSanitizer +
   UBSan + LeakSanitizer, then ThreadSanitizer). Two sanitizer builds of the
   whole core take minutes on two cores, so it runs only with
@@ -35,6 +38,11 @@ def _script(sanitizers: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", SCRIPT], capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
 
 
+drivers = pytest.mark.skipif(os.environ.get("TORCHMEM_CPP_DRIVERS") != "1",
+                             reason="a third build of the core: run by `make sanitize-quick` (TORCHMEM_CPP_DRIVERS=1)")
+
+
+@drivers
 def test_core_driver():
     # The script's plain flavour: incremental per-file -O0 builds under build/sanitize/plain-quick.
     proc = _script("plain")
@@ -42,6 +50,7 @@ def test_core_driver():
     assert "0 failures" in proc.stdout and "== plain: clean" in proc.stdout, proc.stdout[-2000:]
 
 
+@drivers
 def test_core_driver_lists_every_component():
     binary = os.path.join(ROOT, "build", "sanitize", "plain-quick", "core_driver")
     if not os.path.exists(binary):
@@ -53,6 +62,7 @@ def test_core_driver_lists_every_component():
             "fork_while_threads_allocate", "fork_waits_for_a_held_lock"} <= set(names)
 
 
+@drivers
 def test_stitch_driver_lists_its_tests():
     binary = os.path.join(ROOT, "build", "sanitize", "plain-quick", "stitch_driver")
     if not os.path.exists(binary):
