@@ -1,8 +1,9 @@
 """torchmem from its wheel (`make wheel`) in fresh venvs: with the CUDA torch it was built against, on the fake
 GPU, and with a CPU torch. Each venv runs the installed `torchmem replay`, `advise` and `preflight`.
 
-One wheel per torch per session, built against .venv-cuda's torch and .venv's. setup.py keeps compiled objects
-per torch (build/<cpu|cuda>-<release>/temp), where `make test` already compiled them, so a wheel only links.
+One wheel per torch per session, built against .venv-cuda's torch and .venv's, with no CUDA toolkit in sight
+(CUDA_HOME names no folder, no nvcc on PATH). setup.py keeps compiled objects per torch
+(build/<cpu|cuda>-<release>/temp), where `make test` already compiled them, so a wheel only links.
 The venvs are plain (`python -m venv`, no system site-packages); pip installs torch into them from this
 machine's disk, then the wheel, whose pin that torch must meet. Slow: mostly pip unpacking the CUDA torch and
 its nvidia wheels.
@@ -37,6 +38,14 @@ keep = []
 for _ in range(4):
     keep.append(torch.empty({BLOCK}, dtype=torch.uint8, device="cuda"))
 """
+
+
+def without_nvcc(path: str) -> str:
+    return os.pathsep.join(d for d in path.split(os.pathsep) if d and not os.path.exists(os.path.join(d, "nvcc")))
+
+
+# The wheels are built with no CUDA toolkit in sight: the CUDA part needs only torch's nvidia wheels.
+NO_TOOLKIT = {"CUDA_HOME": "/nonexistent/cuda", "PATH": without_nvcc(os.environ.get("PATH", ""))}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -109,7 +118,7 @@ def venvs(tmp_path_factory) -> dict[str, Installed | str]:
             pending[flavour] = (version, tmp, pool.submit(fresh_venv, tmp / "venv", version))
         for flavour, (version, tmp, _) in pending.items():
             ok(run(["make", "-s", "wheel", f"WHEEL_PYTHON={SOURCES[flavour]}", f"WHEEL_DIR={tmp / 'dist'}"],
-                   cwd=ROOT, timeout=1200))
+                   cwd=ROOT, timeout=1200, **NO_TOOLKIT))
         for flavour, (version, tmp, venv_made) in pending.items():
             venv_made.result()
             (wheel,) = (tmp / "dist").glob("torchmem-*.whl")
