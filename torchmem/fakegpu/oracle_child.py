@@ -23,6 +23,7 @@ records its Python stack (PyTorch's default context="all"); else none.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -49,8 +50,12 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
     def record() -> None:
         nonlocal recording
         context = "all" if workload.get("stacks") else None  # Python stacks on every entry, or none
-        torch.cuda.memory._record_memory_history(context=context, stacks="python", max_entries=1_000_000,
-                                                 clear_history=True)
+        options = {"context": context, "stacks": "python", "max_entries": 1_000_000}
+        if "clear_history" in inspect.signature(torch.cuda.memory._record_memory_history_impl).parameters:
+            options["clear_history"] = True
+        else:  # torch 2.6 has no clear_history: turning recording off clears the history there
+            torch.cuda.memory._record_memory_history(enabled=None)
+        torch.cuda.memory._record_memory_history(**options)
         recording = True
 
     if not workload.get("record_at"):
