@@ -1,10 +1,21 @@
 /* The device address space: one reserved range of host address space out of
- * which cudaMalloc and cuMemAddressReserve take 2 MiB-aligned ranges, first
- * fit from the lowest address, as a GPU's allocator hands out addresses (they
- * grow as memory is taken, and freed ranges are reused). Addresses therefore
- * do not depend on the host's mmap layout. A range is mapped read-write (or
- * left PROT_NONE for a reservation) when taken and dropped back to PROT_NONE,
- * with its backing released, when returned. */
+ * which cudaMalloc and cuMemAddressReserve take 2 MiB-aligned ranges. Addresses
+ * therefore do not depend on the host's mmap layout. A range is mapped
+ * read-write (or left PROT_NONE for a reservation) when taken and dropped back
+ * to PROT_NONE, with its backing released, when returned.
+ *
+ * Note [Falling device addresses]
+ * PyTorch's best fit breaks a tie between free blocks of one size by address,
+ * so the order of segment addresses decides where a block lands. Snapshots
+ * recorded on GPUs whose device pointers sit high in the process (0x7e..,
+ * 0x7f..) show segments placed top-down: each new segment below the last, and
+ * after empty_cache() the highest released range that fits is taken again,
+ * filled from its top. So cudaMalloc takes the top of the highest free range
+ * that fits (TORCHMEM_FAKEGPU_ADDRESSES=falling, the default). Recordings with
+ * low pointers (0x5..) rise instead: TORCHMEM_FAKEGPU_ADDRESSES=rising takes
+ * the bottom of the lowest free range that fits, as this file did before.
+ * Reservations (cuMemAddressReserve, expandable segments) always take the
+ * lowest free range: no recording here shows where a driver puts them. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,23 +61,43 @@ static int insert_hole_locked(size_t at, struct hole h) {
   return 0;
 }
 
-void *fg_map_aligned(size_t size, int prot) {
+static int falling_addresses(void) {
+  static int value = -1;
+  if (value < 0) {
+    const char *v = getenv("TORCHMEM_FAKEGPU_ADDRESSES");
+    value = !(v != NULL && strcmp(v, "rising") == 0);
+  }
+  return value;
+}
+
+/* Takes size bytes from the free ranges: the bottom of the lowest that fits, or
+ * with from_top the top of the highest that fits. 0 when none fits. */
+static uintptr_t take_locked(size_t size, int from_top) {
+  for (size_t k = 0; k < hole_count; ++k) {
+    size_t i = from_top ? hole_count - 1 - k : k;
+    if (holes[i].end - holes[i].start < size) continue;
+    uintptr_t start;
+    if (from_top) {
+      holes[i].end -= size;
+      start = holes[i].end;
+    } else {
+      start = holes[i].start;
+      holes[i].start += size;
+    }
+    if (holes[i].start == holes[i].end) {
+      memmove(&holes[i], &holes[i + 1], (hole_count - i - 1) * sizeof *holes);
+      --hole_count;
+    }
+    return start;
+  }
+  return 0;
+}
+
+static void *map_range(size_t size, int prot, int from_top) {
   size = (size + FG_GRANULE - 1) & ~(FG_GRANULE - 1);
   void *result = NULL;
   pthread_mutex_lock(&space_lock);
-  if (reserve_space_locked() == 0) {
-    for (size_t i = 0; i < hole_count; ++i) {
-      if (holes[i].end - holes[i].start < size) continue;
-      uintptr_t start = holes[i].start;
-      holes[i].start += size;
-      if (holes[i].start == holes[i].end) {
-        memmove(&holes[i], &holes[i + 1], (hole_count - i - 1) * sizeof *holes);
-        --hole_count;
-      }
-      result = (void *)start;
-      break;
-    }
-  }
+  if (reserve_space_locked() == 0) result = (void *)take_locked(size, from_top);
   pthread_mutex_unlock(&space_lock);
   if (result != NULL && prot != PROT_NONE && mprotect(result, size, prot) != 0) {
     fg_unmap_aligned(result, size);
@@ -74,6 +105,10 @@ void *fg_map_aligned(size_t size, int prot) {
   }
   return result;
 }
+
+void *fg_map_aligned(size_t size, int prot) { return map_range(size, prot, 0); }
+
+void *fg_map_device(size_t size, int prot) { return map_range(size, prot, falling_addresses()); }
 
 void fg_unmap_aligned(void *ptr, size_t size) {
   size = (size + FG_GRANULE - 1) & ~(FG_GRANULE - 1);

@@ -1,5 +1,5 @@
 /* Device memory as host memory: cudaMalloc takes a range of the device
- * address space (address_space.c; no backing until touched), copies are memcpy, pinned host memory is
+ * address space (address_space.c, top-down by default; no backing until touched), copies are memcpy, pinned host memory is
  * malloc'ed. A card's capacity is charged in 2 MiB units. */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -25,7 +25,7 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
   }
   int charged = fg_charge_locked(device, size) == 0;
   UNLOCK();
-  void *p = charged ? fg_map_aligned(size, PROT_READ | PROT_WRITE) : NULL;
+  void *p = charged ? fg_map_device(size, PROT_READ | PROT_WRITE) : NULL;
   LOCK();
   if (p != NULL) fg_memory_add_locked(p, size, device, FG_KIND_DEVICE);
   else {
