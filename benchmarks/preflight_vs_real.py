@@ -63,7 +63,10 @@ def _wrap(module):
 
     def _record_memory_history(*args, **kwargs):
         import torch
-        caller = sys._getframe(1).f_code.co_filename
+        frame = sys._getframe(1)
+        if frame.f_code.co_name == "script_record_memory_history":  # preflight's wrapper of the script's call
+            frame = frame.f_back
+        caller = frame.f_code.co_filename
         if "preflight" not in caller:
             enabled = args[0] if args else kwargs.get("enabled", "all")
             enabled = enabled is not None and enabled is not False

@@ -100,6 +100,7 @@ def _on_torch(torch: Any) -> None:
         return
     entries = int(os.environ.get(MAX_ENTRIES) or sys.maxsize)
     torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+    _honour_script_rings(torch)
     torch.backends.cudnn.enabled = False
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -109,6 +110,48 @@ def _on_torch(torch: Any) -> None:
     if outside > 0:
         torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
     atexit.register(_at_exit)
+
+
+# Note [A script's own max_entries]
+# Preflight records from torch's import with no limit. A script that then
+# calls _record_memory_history(max_entries=N) turns that trace into a ring of
+# N entries, and CUDACachingAllocator overwrites the trace's first N entries
+# in place: the trace never shrinks, so old and new entries mix in every
+# later snapshot. On a GPU the script's call finds an empty history. So when
+# the trace already holds N entries or more, the history is cleared at the
+# script's call, the script's ring then keeps its last N entries as on a GPU,
+# and the report notes it. A shorter trace is kept: the ring overwrites its
+# oldest entries first, in order.
+
+def _honour_script_rings(torch: Any) -> None:
+    """Wraps torch.cuda.memory._record_memory_history (Note [A script's own max_entries])."""
+    memory = torch.cuda.memory
+    inner = memory._record_memory_history
+
+    def script_record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> Any:
+        ring = kwargs.get("max_entries", args[2] if len(args) > 2 else None)
+        if enabled is not None and enabled is not False and isinstance(ring, int) and ring < sys.maxsize:
+            held = _trace_length(torch)
+            if held >= ring:
+                _clear_history(inner)
+                _state["notes"].append(f"the script asked for a history of {ring:,} entries at {_site()}; "
+                                       f"the {held:,} entries recorded before were dropped there")
+        return inner(enabled, *args, **kwargs)
+
+    script_record_memory_history.__doc__ = inner.__doc__
+    memory._record_memory_history = script_record_memory_history
+
+
+def _trace_length(torch: Any) -> int:
+    if not torch.cuda.is_initialized():
+        return 0
+    return max((len(t) for t in torch.cuda.memory._snapshot()["device_traces"]), default=0)
+
+
+def _clear_history(inner: Any) -> None:
+    """Stops recording, which empties the history (a function of its own: a wrapper above can tell it from the
+    script's call)."""
+    inner(enabled=None)
 
 
 def _take_outside(torch: Any, size: int) -> None:
