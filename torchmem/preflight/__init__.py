@@ -143,9 +143,11 @@ class Report:
 
 def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf: str | None = None,
                     out: str | os.PathLike[str], max_entries: int | None = None,
-                    base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a command run under preflight: the fake GPU's, plus the start-up hook."""
-    env = environment(card, devices, base=base)
+                    base: Mapping[str, str] | None = None,
+                    command: Sequence[str] | None = None) -> dict[str, str]:
+    """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
+    torch that `command`'s Python runs), plus the start-up hook."""
+    env = environment(card, devices, base=base, command=command)
     env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -187,7 +189,8 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     folder.mkdir(parents=True, exist_ok=True)
     for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*")]:
         stale.unlink()
-    full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env)
+    full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
+                           command=command)
     program = shutil.which(command[0], path=full.get("PATH"))
     if program is None:
         raise PreflightError(f"{command[0]}: command not found", 127)
