@@ -10,10 +10,13 @@
  * recorded on GPUs whose device pointers sit high in the process (0x7e..,
  * 0x7f..) show segments placed top-down: each new segment below the last, and
  * after empty_cache() the highest released range that fits is taken again,
- * filled from its top. So cudaMalloc takes the top of the highest free range
- * that fits (TORCHMEM_FAKEGPU_ADDRESSES=falling, the default). Recordings with
- * low pointers (0x5..) rise instead: TORCHMEM_FAKEGPU_ADDRESSES=rising takes
- * the bottom of the lowest free range that fits, as this file did before.
+ * filled from its top. With TORCHMEM_FAKEGPU_ADDRESSES=falling cudaMalloc
+ * does the same: the top of the highest free range that fits. The default,
+ * rising, takes the bottom of the lowest free range that fits, as recordings
+ * with low pointers (0x5..) show. Rising stays the default while torchmem's
+ * replay of a run recorded mid-way dates its start segments by address
+ * (oldest lowest): on torch 2.13+, which breaks ties by segment age, that
+ * replay is exact only for rising addresses.
  * Reservations (cuMemAddressReserve, expandable segments) always take the
  * lowest free range: no recording here shows where a driver puts them. */
 #define _GNU_SOURCE
@@ -65,7 +68,7 @@ static int falling_addresses(void) {
   static int value = -1;
   if (value < 0) {
     const char *v = getenv("TORCHMEM_FAKEGPU_ADDRESSES");
-    value = !(v != NULL && strcmp(v, "rising") == 0);
+    value = v != NULL && strcmp(v, "falling") == 0;
   }
   return value;
 }

@@ -1,5 +1,5 @@
 /* Device memory as host memory: cudaMalloc takes a range of the device
- * address space (address_space.c, top-down by default; no backing until touched), copies are memcpy, pinned host memory is
+ * address space (address_space.c; no backing until touched), copies are memcpy, pinned host memory is
  * malloc'ed. A card's capacity is charged in 2 MiB units. */
 #define _GNU_SOURCE
 #include <stdlib.h>

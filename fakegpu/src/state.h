@@ -137,8 +137,8 @@ int fg_capture_work_locked(struct fg_stream *s, int is_copy);
 /* The device address space (address_space.c): takes size bytes (rounded up to
  * FG_GRANULE) at the lowest free address, mapped with `prot` (PROT_NONE for a
  * reservation), or NULL; returns a range taken so. Thread-safe, own lock.
- * fg_map_device (cudaMalloc) takes the top of the highest free range instead,
- * unless TORCHMEM_FAKEGPU_ADDRESSES=rising (Note [Falling device addresses]). */
+ * fg_map_device (cudaMalloc) takes the top of the highest free range instead
+ * when TORCHMEM_FAKEGPU_ADDRESSES=falling (Note [Falling device addresses]). */
 void *fg_map_aligned(size_t size, int prot);
 void *fg_map_device(size_t size, int prot);
 void fg_unmap_aligned(void *ptr, size_t size);

@@ -29,6 +29,9 @@ PROGRAM = """
 """
 
 
+FALLING = {"TORCHMEM_FAKEGPU_ADDRESSES": "falling"}
+
+
 def addresses(sizes: list[int], free: list[int] = [], again: list[int] = [],
               env: dict[str, str] | None = None) -> dict[str, Any]:
     return run_json(PROGRAM.format(sizes=sizes, free=free, again=again), env=env)
@@ -37,12 +40,13 @@ def addresses(sizes: list[int], free: list[int] = [], again: list[int] = [],
 def test_segments_lie_where_a_real_recording_put_them() -> None:
     recorded = json.loads(FIXTURE.read_text())["segments"]
     sizes = [size for _, size, _ in recorded]
-    got = addresses(sizes)["first"]
+    got = addresses(sizes, env=FALLING)["first"]
     assert [a - got[0] for a in got] == [offset for _, _, offset in recorded]
 
 
 def test_a_released_range_is_taken_again_from_its_top() -> None:
-    got = addresses([100 * MiB, 40 * MiB, 100 * MiB], free=[1], again=[20 * MiB, 20 * MiB, 60 * MiB])
+    got = addresses([100 * MiB, 40 * MiB, 100 * MiB], free=[1], again=[20 * MiB, 20 * MiB, 60 * MiB],
+                    env=FALLING)
     a, b, c = got["first"]
     assert b == a - 40 * MiB and c == b - 100 * MiB  # each new segment directly below the last
     # The 40 MiB hole is the highest free range: two 20 MiB segments fill it from its top down; 60 MiB fits
@@ -50,9 +54,9 @@ def test_a_released_range_is_taken_again_from_its_top() -> None:
     assert got["later"] == [b + 20 * MiB, b, c - 60 * MiB]
 
 
-def test_rising_addresses_are_a_setting() -> None:
+def test_rising_addresses_are_the_default() -> None:
     got = addresses([30 * MiB, 40 * MiB, 30 * MiB], free=[1], again=[20 * MiB],
-                    env={"TORCHMEM_FAKEGPU_ADDRESSES": "rising"})
+                    env={"TORCHMEM_FAKEGPU_ADDRESSES": ""})
     a, b, c = got["first"]
     assert b == a + 30 * MiB and c == b + 40 * MiB
     assert got["later"] == [b]  # the lowest free range that fits, from its bottom
