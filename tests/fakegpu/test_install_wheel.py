@@ -13,12 +13,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -100,9 +102,20 @@ def fresh_venv(venv: Path, torch: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def venvs(tmp_path_factory) -> dict[str, Installed | str]:
+def venvs(tmp_path_factory) -> Iterator[dict[str, Installed | str]]:
     """Per flavour, the venv with its wheel installed, or why there is none. pip installs torch into both
-    venvs side by side while the wheels are built in turn (both builds write the checkout's egg-info)."""
+    venvs side by side while the wheels are built in turn (both builds write the checkout's egg-info).
+    The venvs are removed at the end (the CUDA one holds about 6 GB)."""
+    made: list[Path] = []
+    try:
+        yield make_venvs(tmp_path_factory, made)
+    finally:
+        for venv in made:
+            shutil.rmtree(venv, ignore_errors=True)
+
+
+def make_venvs(tmp_path_factory, made: list[Path]) -> dict[str, Installed | str]:
+    """venvs' work; each venv started is listed in `made`."""
     found: dict[str, Installed | str] = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = {}
@@ -115,6 +128,7 @@ def venvs(tmp_path_factory) -> dict[str, Installed | str]:
                 found[flavour] = f"torch {version} in {python.parent.parent.name} is not a {flavour} build"
                 continue
             tmp = tmp_path_factory.mktemp(f"wheel-{flavour}")
+            made.append(tmp / "venv")
             pending[flavour] = (version, tmp, pool.submit(fresh_venv, tmp / "venv", version))
         for flavour, (version, tmp, _) in pending.items():
             ok(run(["make", "-s", "wheel", f"WHEEL_PYTHON={SOURCES[flavour]}", f"WHEEL_DIR={tmp / 'dist'}"],
