@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast test-cpu test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel
+.PHONY: demo test test-fast test-cpu test-cpu-tier test-install test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel
 
 # The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
 # cuBLASLt plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
@@ -146,11 +146,15 @@ wheel:
 demo: $(VENV)/.built
 	$(PY) -m torchmem demo
 
-# The two tiers' set-ups overlap: the CUDA torch's install (mostly disk) beside
-# the CPU build, then the CUDA build beside the CPU tier's tests.
+# Both tiers run on one torch (the CUDA build, 2.14.1) and one build of torchmem
+# (build/cuda-2.14.1): a second torch and a second build of the core cost a
+# fresh clone about five minutes of the two cores. The CPU tier runs without the
+# fake GPU, the fake-GPU tier on it. `make test-cpu` runs the CPU tier on the CPU
+# build of torch $(TORCH_VERSION) in .venv (CI runs it too).
 test:
-	$(MAKE) -j2 $(VENV)/.built $(CUDA_VENV)/.deps $(FAKEGPU_LIBS)
-	$(MAKE) -j2 test-cpu $(CUDA_BUILD)/.built
+	$(MAKE) -j2 $(CUDA_VENV)/.deps $(FAKEGPU_LIBS)
+	$(MAKE) $(CUDA_BUILD)/.built
+	$(MAKE) test-cpu-tier
 	$(MAKE) test-fakegpu
 
 # pytest-xdist: one worker per core, each test file in one worker.
@@ -159,6 +163,17 @@ XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 test-cpu: $(VENV)/.built
 	$(PY) -m pytest -q $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda
+
+# The CPU tier with the CUDA build of torch and torchmem, no fake GPU loaded.
+CPU_TIER_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/lib/torchmem
+
+test-cpu-tier: $(CUDA_BUILD)/.built
+	$(CPU_TIER_ENV) $(CUDA_PY) -m pytest -q $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda $(PYTEST_ARGS)
+
+# torchmem's wheels (make wheel) installed into fresh venvs, one with the CUDA torch and one with
+# the CPU torch of .venv: several minutes, mostly pip unpacking the CUDA torch; CI runs it.
+test-install: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
+	$(FAKEGPU_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
 
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log
@@ -183,8 +198,8 @@ fakegpu-cu12-run: $(FAKEGPU12_LIBS) $(CUDA_BUILD)/.built
 	$(FAKEGPU_ENV) TORCHMEM_ORACLE_CASES=$(FAKEGPU12_ORACLE_CASES) $(CUDA_PY) -m torchmem.fakegpu -- \
 	  $(CUDA_PY) -m pytest -q $(XDIST) $(FAKEGPU12_TESTS) $(PYTEST_ARGS)
 
-test-fast: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
-	$(PY) -m pytest -q -x $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda -m "not slow"
+test-fast: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
+	$(CPU_TIER_ENV) $(CUDA_PY) -m pytest -q -x $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda -m "not slow"
 	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q -x $(XDIST) tests/fakegpu tests/cuda -m "not slow"
 
 # The C++ core's test driver under ASan+UBSan (leaks on) and, separately, TSan.

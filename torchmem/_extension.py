@@ -24,6 +24,9 @@ def load_extension_from(folder: str) -> None:
             module = importlib.util.module_from_spec(spec)
             sys.modules["torchmem._C"] = module
             spec.loader.exec_module(module)
+            package = sys.modules.get("torchmem")
+            if package is not None:
+                package._C = module  # type: ignore[attr-defined]  # `torchmem._C` as an attribute, as an import sets it
             return
     raise ImportError(f"TORCHMEM_EXT_DIR={folder}: no torchmem extension (_C{importlib.machinery.EXTENSION_SUFFIXES[0]}) "
                       "there; build it with `make fakegpu-ext`, or unset TORCHMEM_EXT_DIR")

@@ -30,7 +30,11 @@ SOURCES = {"cuda": ROOT / ".venv-cuda" / "bin" / "python", "cpu": ROOT / ".venv"
 NATIVE_OOM = ROOT / "tests" / "data" / "native" / "nesta_gitu.json.gz"  # a real GPU's snapshot, ending in an OOM
 MiB = 1 << 20
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("TORCHMEM_INSTALL_TESTS") != "1",
+                       reason="several minutes of pip installs: run by `make test-install` (TORCHMEM_INSTALL_TESTS=1), as CI does"),
+]
 
 # On a 1 GiB card three 300 MiB blocks fit (900 MiB) and the fourth runs out of memory.
 BLOCK = 300 * MiB
