@@ -160,9 +160,8 @@ test:
 	$(MAKE) test-cpu-tier
 	$(MAKE) test-fakegpu ORACLE_CASES=100
 
-# pytest-xdist: each test file in one worker. Three workers on two cores: many tests wait on a child
-# process, and the fake-GPU tier took 437 s with three against 466 s with two (fresh clone, 2026-12-03).
-PYTEST_JOBS ?= 3
+# pytest-xdist: one worker per core, each test file in one worker.
+PYTEST_JOBS ?= 2
 XDIST := -n $(PYTEST_JOBS) --dist loadfile
 
 test-cpu: $(VENV)/.built
