@@ -6,7 +6,7 @@ from torchmem import _C
 
 # The one subprocess runner (tests/subprocess_runner.py), for every test: from conftest import run_python, ...
 from subprocess_runner import (  # noqa: F401
-    ROOT, child_env, last_json, ok, run_args, run_ok, run_python, run_python_json, run_torchmem,
+    ROOT, child_env, last_json, ok, run_args, run_ok, run_python, run_python_json, run_torchmem, torchmem_here,
 )
 
 KiB = 1024

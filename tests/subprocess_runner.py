@@ -8,6 +8,9 @@ from here, since tests/cuda/run_without_pytest.py runs them without pytest.
 - ``run_python(code)``: ``python -c code`` (dedented, after ``prelude``);
 - ``run_args(args)``: ``python *args`` (a module with ``-m``, a script);
 - ``run_torchmem(*argv)``: ``python -m torchmem *argv``, the command line;
+- ``torchmem_here(*argv)``: the command line's ``main`` in this process, for
+  tests of what a command prints (a fresh interpreter costs seconds of
+  ``import torch``); tests of exit paths and environments use run_torchmem;
 - ``ok(proc)``: asserts exit status 0, naming it, with the ends of stdout
   and stderr; ``last_json(proc)``: ok() and the JSON on the last line;
 - ``run_ok`` and ``run_python_json``: run_python, then ok() or last_json().
@@ -57,6 +60,33 @@ def run_torchmem(*argv: str, env: Mapping[str, str] | None = None, timeout: floa
                  **kwargs: Any) -> subprocess.CompletedProcess:
     """Run the command line, ``python -m torchmem *argv`` (keywords as run_args)."""
     return run_args(["-m", "torchmem", *argv], env, timeout, **kwargs)
+
+
+def torchmem_here(*argv: Any, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
+    """The command line's main(argv) run in this process, stdout and stderr captured, from `cwd` if given;
+    its exit status as a child's would be (SystemExit's code, 0 for None). An exception it raises propagates."""
+    import contextlib
+    import io
+
+    from torchmem.cli import main
+
+    args = [str(a) for a in argv]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        try:
+            code = main(args)
+        except SystemExit as exc:
+            code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed to stderr, status 1
+        err.write(f"{code}\n")
+        code = 1
+    return subprocess.CompletedProcess(["torchmem", *args], code, out.getvalue(), err.getvalue())
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

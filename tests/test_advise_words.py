@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, ok, run_torchmem
+from conftest import ROOT, ok, torchmem_here
 NATIVE = os.path.join(ROOT, "tests", "data", "native")
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 ROW = re.compile(r"^  (\S.*?)\s+needs\s+([\d.,]+ \w+|not within reach), peak reserved\s+([\d.,]+ \w+); at .*: (completes|OOM)$")
@@ -24,7 +24,7 @@ def size(text: str) -> float:
 def advise(fixture: str, tmp_path, *args: str) -> list[str]:
     path = tmp_path / fixture.replace(".json.gz", ".json")
     path.write_bytes(gzip.decompress(open(os.path.join(NATIVE, fixture), "rb").read()))
-    return ok(run_torchmem("advise", str(path), "--no-progress", *args, timeout=600)).stdout.splitlines()
+    return ok(torchmem_here("advise", path, "--no-progress", *args)).stdout.splitlines()
 
 
 def rows_of(lines: list[str]) -> list[tuple[str, float | None, float]]:

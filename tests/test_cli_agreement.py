@@ -1,5 +1,5 @@
 """Every command agrees: one device rule, one event numbering, sizes with
-their units. Each test runs the command line (python -m torchmem) on a
+their units. Each test runs the command line (its main, in this process) on a
 snapshot of two devices built here: device 0 with the longer history and no
 OOM, device 1 with an OOM. Expected values come from the snapshot dict
 itself (which device holds the oom entry, its index, the segments' sizes).
@@ -15,7 +15,7 @@ import pytest
 
 from replay_recording import GiB, random_workload, record
 
-from conftest import ROOT, run_torchmem
+from conftest import ROOT, torchmem_here
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def two_devices(tmp_path_factory):
 
 
 def cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    return run_torchmem(*args, cwd=cwd or ROOT, timeout=600)
+    return torchmem_here(*args, cwd=cwd or ROOT)
 
 
 def ok(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:

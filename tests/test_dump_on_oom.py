@@ -20,7 +20,7 @@ import pytest
 import torchmem
 from torchmem.oom import files
 
-from conftest import ROOT, last_json, ok, run_args, run_python, run_torchmem
+from conftest import ROOT, last_json, ok, run_args, run_python, torchmem_here
 MiB = 1 << 20
 
 # Fills a 64 MiB capacity with a mix of 3 and 5 MiB tensors, freeing some, until an OOM.
@@ -83,7 +83,7 @@ def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
     assert result.recorded_oom["replay_reserved"] == reserved == result.recorded_oom["reserved"]
     assert result.exact
 
-    cli = ok(run_torchmem("replay", path, timeout=120))
+    cli = ok(torchmem_here("replay", path))
     assert "The recorded OOM is reproduced" in cli.stdout
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_torchmem
+from conftest import torchmem_here
 from torchmem.plan import Buffer, buffers_from_trace, load_csv, lower_bound, save_csv, solve
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dsa"
@@ -231,7 +231,7 @@ def test_fast_methods_scale() -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return run_torchmem("plan", *args, timeout=120)
+    return torchmem_here("plan", *args)
 
 
 @needs_data

@@ -14,7 +14,7 @@ import pytest
 
 from torchmem.viz.ranks import format_rows, is_library_frame, rank_row, site_of, top_sites
 
-from conftest import ok, run_python, run_torchmem
+from conftest import ok, run_python, torchmem_here
 MiB = 1 << 20
 
 USER = {"filename": "/home/me/project/train.py", "line": 42, "name": "forward"}
@@ -115,7 +115,7 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
             pass
     """)
     files = [str(tmp_path / "oom_rank1.pickle"), str(tmp_path / "end_rank0.pickle")]
-    proc = ok(run_torchmem("ranks", *files, "--json", timeout=120))
+    proc = ok(torchmem_here("ranks", *files, "--json"))
     rows = json.loads(proc.stdout)["ranks"]
     assert [r["rank"] for r in rows] == [0, 1]
     r0, r1 = rows
@@ -128,7 +128,7 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
     assert r1["reserved"] + r1["oom"]["device_free"] == 64 * MiB
     assert r1["top_sites"][0]["site"] == "<string>:7 activations"
 
-    text = ok(run_torchmem("ranks", *files, timeout=120))
+    text = ok(torchmem_here("ranks", *files))
     lines = text.stdout.splitlines()
     assert lines[0].split()[:4] == ["rank", "device", "allocated", "reserved"]
     assert lines[2].split()[0] == "0" and lines[3].split()[0] == "1"
@@ -145,8 +145,8 @@ def test_cli_on_snapshots_written_by_two_ranks(tmp_path):
 def test_cli_bad_files(tmp_path, content, words):
     bad = tmp_path / "bad.pickle"
     bad.write_bytes(content)
-    proc = run_torchmem("ranks", str(bad), timeout=120)
+    proc = torchmem_here("ranks", bad)
     assert proc.returncode == 1
     assert proc.stderr.startswith("torchmem ranks: error:") and words in proc.stderr, proc.stderr
-    missing = run_torchmem("ranks", str(tmp_path / "nope.pickle"), timeout=120)
+    missing = torchmem_here("ranks", tmp_path / "nope.pickle")
     assert missing.returncode == 1 and "no such file" in missing.stderr

@@ -15,7 +15,7 @@ import pytest
 from torchmem import _C, sim, workloads
 from torchmem.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
 
-from conftest import GiB, MiB, ok, run_torchmem, sim_allocator
+from conftest import GiB, MiB, ok, torchmem_here, sim_allocator
 
 
 def events_of(*ops):
@@ -227,8 +227,8 @@ def test_cli_replay_json_and_plot(tmp_path):
     path = tmp_path / "t.jsonl"
     write_jsonl(trace, str(path))
     png = tmp_path / "r.png"
-    proc = ok(run_torchmem("replay", str(path), "--capacity", "2GiB", "--json", "--compare", "expandable_segments:True",
-                           "--plot", str(png), timeout=120))
+    proc = ok(torchmem_here("replay", path, "--capacity", "2GiB", "--json", "--compare", "expandable_segments:True",
+                             "--plot", png))
     rows = json.loads(proc.stdout)
     assert [row["conf"] for row in rows] == ["", "expandable_segments:True"]
     for row in rows:
@@ -239,7 +239,7 @@ def test_cli_replay_json_and_plot(tmp_path):
 def test_cli_replay_bad_file_is_a_clear_error(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"op": "free", "id": 3}\n')
-    proc = run_torchmem("replay", str(path), timeout=60)
+    proc = torchmem_here("replay", path)
     assert proc.returncode == 1
     assert "event 0: free of id 3" in proc.stderr
     assert "Traceback" not in proc.stderr

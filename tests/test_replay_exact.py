@@ -15,7 +15,7 @@ import pickle
 
 import pytest
 
-from conftest import ok, run_torchmem
+from conftest import ok, torchmem_here
 from replay_recording import GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout
 from torchmem import sim
 from torchmem.snapshot import snapshot_from_replay
@@ -436,7 +436,7 @@ def test_a_snapshot_without_history_rebuilds_its_final_state(tmp_path, conf):
     live = sum(b["size"] for s in full["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
     assert result.stats["allocated_bytes"]["all"]["current"] == live
     assert segment_layout(snapshot_from_replay(result)["segments"]) == segment_layout(full["segments"])
-    proc = ok(run_torchmem("replay", path, timeout=120))
+    proc = ok(torchmem_here("replay", path))
     assert "The snapshot has no trace" in proc.stdout
 
 

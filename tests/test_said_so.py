@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 
-from conftest import ok, run_python, run_torchmem
+from conftest import ok, run_python, torchmem_here
 
 
 def run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -71,12 +71,12 @@ def test_skip_bad_events_skips_bad_lines_and_counts_exactly_what_it_skipped(tmp_
         '{"op": "alloc", "id": 4, "size": 2048, "stream": 0}\n'
         '{"op": "free", "id": 1}\n')
     args = ["replay", str(trace), "--skip-bad-events", "--no-progress"]
-    proc = ok(run_torchmem(*args))
+    proc = ok(torchmem_here(*args))
     assert "skipped 3 bad events: 2 trace lines that could not be used (first: line 3: unknown op 'allocate'" in proc.stderr
     assert "1 event refused" in proc.stderr
-    result = json.loads(run_torchmem(*args, "--json").stdout)
+    result = json.loads(torchmem_here(*args, "--json").stdout)
     assert result["completed"] and result["skipped_events"] == 3
     assert result["peak_allocated"] == 1024 + 2048  # ids 1 and 4 live together: both replayed
-    plain = run_torchmem(*args[:-2], "--no-progress")
+    plain = torchmem_here(*args[:-2], "--no-progress")
     # without the flag: the first line that cannot be read stops it (lines are read before they are replayed)
     assert plain.returncode == 1 and "line 3: unknown op 'allocate'" in plain.stderr

@@ -11,7 +11,7 @@ from torchmem.traces import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
 
-from conftest import MiB, run_python, sim_allocator
+from conftest import MiB, run_python, sim_allocator, torchmem_here
 
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "segment_pool_id", "allocated_size",
                 "active_size", "requested_size", "is_expandable", "frames", "blocks"}
@@ -190,19 +190,7 @@ def test_unknown_keys_are_accepted(tmp_path):
 
 
 def cli(*args):
-    """Run the torchmem command line in this process (a fresh interpreter per call is slow)."""
-    import contextlib
-    import io
-
-    from torchmem.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as exc:  # --help
-            code = exc.code
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    return torchmem_here(*args)
 
 
 def test_cli_stats_plot_viz(tmp_path):
