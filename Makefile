@@ -116,7 +116,7 @@ FAKEGPU_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/lib
 $(CUDA_VENV)/.deps: requirements-dev.txt requirements-fakegpu.txt
 	test -x $(CUDA_PY) || $(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda and torch.__version__.startswith('$(FAKEGPU_TORCH)') else 1)" 2>/dev/null || \
-	  $(CUDA_PY) -m pip install --no-compile $(FAKEGPU_PIP) torch==$(FAKEGPU_TORCH) || \
+	  $(CUDA_PY) -m pip install $(FAKEGPU_PIP) torch==$(FAKEGPU_TORCH) || \
 	  { echo "FAKE-GPU TIER: no CUDA build of torch $(FAKEGPU_TORCH) could be installed; the tier cannot run" >&2; exit 1; }
 	$(CUDA_PY) -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'FAKE-GPU TIER: torch ' + torch.__version__ + ' in $(CUDA_VENV) is not a CUDA build')"
 	$(CUDA_PY) -m pip install -q -r requirements-dev.txt
