@@ -49,3 +49,20 @@ def no_unimplemented_fake_gpu_calls():
             f.seek(before)
             calls = sorted(set(line.split(" (pid")[0] for line in f.read().splitlines()))
         pytest.fail("the fake GPU was asked for what it does not implement:\n  " + "\n  ".join(calls))
+
+
+def _measured_slow() -> set[str]:
+    """Test ids and files listed in tests/slow_tests.txt (scripts/slow_tests.py measures them)."""
+    path = os.path.join(os.path.dirname(__file__), "slow_tests.txt")
+    if not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        return {line.strip() for line in f if line.strip() and not line.startswith("#")}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Marks `slow` each test that tests/slow_tests.txt lists, alone or by its file: `make test-fast` leaves them out."""
+    listed = _measured_slow()
+    for item in items:
+        if item.nodeid in listed or item.nodeid.split("::")[0] in listed:
+            item.add_marker(pytest.mark.slow)
