@@ -1,7 +1,9 @@
 /* A fake libcuda.so.1 for what loads the driver library directly (PyTorch's
- * NVRTC wrapper, libcaffe2_nvrtc.so, needs it on the library path). Modules
- * and functions are tokens, launches are skipped, the primary context is
- * active. A call of anything else here logs "unimplemented libcuda NAME" as
+ * NVRTC wrapper, libcaffe2_nvrtc.so, and Triton's launcher, which inductor's
+ * compiled code calls). Modules and functions are tokens, launches are
+ * skipped but counted as the runtime's (stream work, graph nodes), the primary
+ * context is active, and a pointer the fake runtime handed out is device
+ * memory. A call of anything else here logs "unimplemented libcuda NAME" as
  * the runtime's stubs do.
  *
  * PyTorch's allocator reaches the driver's virtual memory calls through the
@@ -12,12 +14,14 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 
 static int token;
 
@@ -66,6 +70,11 @@ static void *runtime_entry(const char *name) {
   void *function = NULL;
   int status = 0;
   return entry(name, &function, 0, &status) == 0 ? function : NULL;
+}
+
+/* The fake runtime's function `name` (NULL when it is not loaded in this process). */
+static void *runtime_function(const char *name) {
+  return dlsym(RTLD_DEFAULT, "fakegpu_version") != NULL ? dlsym(RTLD_DEFAULT, name) : NULL;
 }
 
 /* FORWARD(name, (parameters), (arguments)): exports `name` (by its assembler
@@ -183,11 +192,21 @@ CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attr, int 
 
 CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache config) { (void)function, (void)config; return CUDA_SUCCESS; }
 
+/* A launch is the runtime's (skipped, yet counted as work on its stream and as
+ * a node of the graph a capturing stream builds); without the fake runtime, a no-op. */
+static CUresult launch_on(CUstream stream) {
+  cudaError_t (*runtime_launch)(const void *, dim3, dim3, void **, size_t, cudaStream_t) =
+      (cudaError_t(*)(const void *, dim3, dim3, void **, size_t, cudaStream_t))runtime_function("cudaLaunchKernel");
+  if (runtime_launch == NULL) return CUDA_SUCCESS;
+  dim3 one = {1, 1, 1};
+  return runtime_launch(NULL, one, one, NULL, 0, (cudaStream_t)stream) == cudaSuccess ? CUDA_SUCCESS
+                                                                                       : CUDA_ERROR_LAUNCH_FAILED;
+}
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream stream, void **params, void **extra) {
-  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)stream, (void)params,
-      (void)extra;
-  return CUDA_SUCCESS;
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)params, (void)extra;
+  return launch_on(stream);
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -222,9 +241,98 @@ CUresult cuLinkComplete(CUlinkState state, void **cubin, size_t *size) {
 
 CUresult cuLinkDestroy(CUlinkState state) { (void)state; return CUDA_SUCCESS; }
 
+/* The runtime's current device is the context's (one primary context per device). */
+CUresult cuCtxGetDevice(CUdevice *device) {
+  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  cudaError_t (*get)(int *) = (cudaError_t(*)(int *))runtime_function("cudaGetDevice");
+  int current = 0;
+  if (get != NULL && get(&current) != cudaSuccess) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = current;
+  return CUDA_SUCCESS;
+}
+
+static size_t printf_fifo = 1 << 20, malloc_heap = 8 << 20, stack_size = 1024;
+
+static size_t *limit_of(CUlimit limit) {
+  switch (limit) {
+    case CU_LIMIT_PRINTF_FIFO_SIZE: return &printf_fifo;
+    case CU_LIMIT_MALLOC_HEAP_SIZE: return &malloc_heap;
+    case CU_LIMIT_STACK_SIZE: return &stack_size;
+    default: return NULL;
+  }
+}
+
+CUresult cuCtxGetLimit(size_t *value, CUlimit limit) {
+  size_t *held = limit_of(limit);
+  if (value == NULL || held == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *value = *held;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  size_t *held = limit_of(limit);
+  if (held == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *held = value;
+  return CUDA_SUCCESS;
+}
+
+/* Answered from the runtime's cudaPointerGetAttributes: a pointer the fake GPU
+ * handed out is device memory of its device (Triton's launcher asks this of
+ * every tensor argument); anything else is refused as the driver refuses a
+ * host pointer it does not know. */
 CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
-  (void)data, (void)attr, (void)ptr;
-  return unimplemented("cuPointerGetAttribute");
+  if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
+  cudaError_t (*get)(struct cudaPointerAttributes *, const void *) =
+      (cudaError_t(*)(struct cudaPointerAttributes *, const void *))runtime_function("cudaPointerGetAttributes");
+  if (get == NULL) return unimplemented("cuPointerGetAttribute");
+  struct cudaPointerAttributes found;
+  if (get(&found, (const void *)(uintptr_t)ptr) != cudaSuccess || found.type == cudaMemoryTypeUnregistered)
+    return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *(CUmemorytype *)data = found.type == cudaMemoryTypeHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = found.device; return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)&token; return CUDA_SUCCESS;
+    default: return unimplemented("cuPointerGetAttribute (that attribute)");
+  }
+}
+
+CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr) {
+  if (attrs == NULL || data == NULL) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned int i = 0; i < count; i++) {
+    CUresult status = cuPointerGetAttribute(data[i], attrs[i], ptr);
+    if (status != CUDA_SUCCESS) return status;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
+  (void)f, (void)params, (void)extra;
+  return config == NULL ? CUDA_ERROR_INVALID_VALUE : launch_on(config->hStream);
+}
+
+/* One cluster per multiprocessor: what the card can hold at once, for Triton's occupancy query. */
+CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction f, const CUlaunchConfig *config) {
+  (void)f, (void)config;
+  if (clusters == NULL) return CUDA_ERROR_INVALID_VALUE;
+  int sms = 0;
+  if (cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0) != CUDA_SUCCESS || sms < 1) sms = 1;
+  *clusters = sms;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuTensorMapEncodeIm2col(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,
+                                 const cuuint64_t *dims, const cuuint64_t *strides, const int *lower,
+                                 const int *upper, cuuint32_t channels, cuuint32_t pixels,
+                                 const cuuint32_t *element_strides, CUtensorMapInterleave interleave,
+                                 CUtensorMapSwizzle swizzle, CUtensorMapL2promotion promotion,
+                                 CUtensorMapFloatOOBfill fill) {
+  (void)type, (void)rank, (void)address, (void)dims, (void)strides, (void)lower, (void)upper, (void)channels;
+  (void)pixels, (void)element_strides, (void)interleave, (void)swizzle, (void)promotion, (void)fill;
+  if (map) memset(map, 0, sizeof *map);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *address,

@@ -52,6 +52,7 @@ struct fg_event {
   unsigned flags;
   struct fg_stream *stream; /* NULL until recorded */
   uint64_t seq;             /* complete when stream->done >= seq */
+  uint64_t stamp;           /* how many events were recorded before it, process-wide (cudaEventElapsedTime) */
 };
 
 struct fg_graph {

@@ -199,7 +199,20 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
   return fg_ret(err);
 }
 
-/* Events. */
+/* Events.
+ *
+ * Note [Elapsed time on the fake GPU]
+ * Nothing runs, so there is no time to measure. Timing code divides by what
+ * cudaEventElapsedTime gives (Triton's do_bench sizes its repeats by it, and
+ * inductor's autotuning divides by it), so 0 ms would crash it and a tiny
+ * figure would make it repeat a launch a hundred thousand times. Each interval
+ * reads FG_EVENT_INTERVAL_MS for every event recorded after its start, up to
+ * and including its end: deterministic, positive, and cheap for
+ * do_bench. Every candidate of an autotuning takes the same time, so it keeps
+ * its first; what that choice allocates may differ from a real card's. */
+
+#define FG_EVENT_INTERVAL_MS 10.0
+static uint64_t recorded_events;
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
   if (event == NULL) return fg_ret(cudaErrorInvalidValue);
@@ -230,6 +243,7 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
     ++fg_counters[FG_EVENT_RECORDS];
     e->stream = s;
     e->seq = s->capture_id != 0 ? 0 : fg_stream_add_work_locked(s);
+    e->stamp = ++recorded_events;
   });
 }
 
@@ -274,8 +288,12 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
   if (ms == NULL || start == NULL || end == NULL) return fg_ret(cudaErrorInvalidValue);
   const struct fg_event *a = (const struct fg_event *)start, *b = (const struct fg_event *)end;
   if ((a->flags | b->flags) & cudaEventDisableTiming) return fg_ret(cudaErrorInvalidResourceHandle);
-  *ms = 0.0f;
-  return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    if (a->stream == NULL || b->stream == NULL) err = cudaErrorInvalidResourceHandle;
+    else *ms = (float)((double)b->stamp - (double)a->stamp) * FG_EVENT_INTERVAL_MS;
+  });
+  return fg_ret(err);
 }
 
 long long fakegpu_pending_events(void) {

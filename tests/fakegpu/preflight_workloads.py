@@ -98,13 +98,78 @@ def checkpointing(device: str) -> list[Any]:
     return [blocks, opt]
 
 
+def _backend(device: str) -> str:
+    """inductor on the card; aot_eager on the CPU, whose live tensors are the same and which compiles no C++."""
+    return "inductor" if torch.device(device).type == "cuda" else "aot_eager"
+
+
 def compiled(device: str) -> list[Any]:
     torch.manual_seed(0)
     model = _mlp(device)
     opt = torch.optim.Adam(model.parameters())
-    step = torch.compile(model, backend="aot_eager")
+    step = torch.compile(model, backend=_backend(device))
     step(torch.randn(32, 64, device=device)).pow(2).mean().backward()
     opt.step()
+    return [model, opt]
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in self.qkv(x).split(c, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+class _GPTBlock(torch.nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+        self.attn = _Attention(width, heads)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(torch.nn.Module):
+    """A GPT in nanoGPT's shape: token and position embeddings, pre-norm blocks with causal SDPA attention and
+    a GELU MLP, a final LayerNorm, and a head tied to the token embedding."""
+
+    def __init__(self, vocab: int = 512, width: int = 128, layers: int = 2, heads: int = 4, context: int = 64):
+        super().__init__()
+        self.tokens, self.positions = torch.nn.Embedding(vocab, width), torch.nn.Embedding(context, width)
+        self.blocks = torch.nn.ModuleList([_GPTBlock(width, heads) for _ in range(layers)])
+        self.ln = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tokens.weight
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.tokens(idx) + self.positions(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def nanogpt_compiled(device: str) -> list[Any]:
+    """A nanoGPT-shaped training step, compiled (inductor on the card), with AdamW."""
+    torch.manual_seed(0)
+    model = TinyGPT().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    step = torch.compile(model, backend=_backend(device))
+    idx = torch.randint(0, 512, (8, 64), device=device)
+    step(idx, torch.roll(idx, -1, dims=1)).backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
     return [model, opt]
 
 
@@ -177,6 +242,7 @@ def t5_training(device: str) -> list[Any]:
 
 KINDS: dict[str, Callable[[str], list[Any]]] = {
     "autocast_gradscaler": autocast_gradscaler, "checkpointing": checkpointing, "compiled": compiled,
+    "nanogpt_compiled": nanogpt_compiled,
     "resnet": resnet, "gpt2_adamw": gpt2_adamw, "bert_inference": bert_inference, "t5_training": t5_training,
 }
 

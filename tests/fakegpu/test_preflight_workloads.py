@@ -2,7 +2,7 @@
 
 A GPT-2 training step with AdamW, BERT inference and a T5 training step (Hugging Face models built from a
 tiny config; transformers from requirements-fakegpu.txt), autocast with GradScaler, activation checkpointing,
-torch.compile (aot_eager), a small ResNet, and a 2-rank DDP job under torchrun.
+torch.compile (inductor; a nanoGPT-shaped step too), a small ResNet, and a 2-rank DDP job under torchrun.
 
 The live tensors after a step (parameters, gradients, buffers, optimizer and
 scaler state) must take the same bytes on the fake card as the CPU run's
