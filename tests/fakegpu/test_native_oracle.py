@@ -8,6 +8,7 @@ block and stat by stat. A diverging case must be an open, named deviation
 benchmarks/bench_native_fidelity.py runs thousands.
 """
 import copy
+import dataclasses
 import functools
 import json
 import os
@@ -125,6 +126,44 @@ def test_oracle_catches_a_replay_that_differs(tmp_path):
     (tmp_path / "moved.pickle").write_bytes(pickle.dumps(moved))
     problems = oracle.compare(tmp_path / "moved.pickle", reports[0], w)
     assert problems, "a moved allocation went unnoticed"
+
+
+def test_forked_runs_record_what_fresh_interpreters_record(tmp_path):
+    """Note [One import of torch for every setting]: a child forked per setting records the same snapshots and
+    statistics as a fresh interpreter per setting, a memory fraction's card and an expandable setting included.
+    On one stream: PyTorch orders its free blocks by stream pointer first, and where a process's heap put its
+    stream objects differs between a forked child and a fresh interpreter (seed 7 on three streams frees another
+    segment first on an OOM)."""
+    picked = {"", "expandable_segments:True", "per_process_memory_fraction:0.6"} - set(refused_settings())
+    workloads = [one_stream(oracle.generate(seed, conf=conf)) for seed, conf in enumerate(sorted(picked), start=7)]
+    workloads.append(one_stream(dataclasses.replace(oracle.generate(3, conf=""), fraction=0.25)))
+    (tmp_path / "forked").mkdir(), (tmp_path / "fresh").mkdir()
+    forked = oracle.run_native(workloads, tmp_path / "forked")
+    fresh = oracle.run_native(workloads, tmp_path / "fresh", fork=False)
+    assert all("error" not in r for r in forked + fresh), forked + fresh
+    assert [r["stats"] for r in forked] == [r["stats"] for r in fresh]
+    for i in range(len(workloads)):
+        a, b = (pickle.loads((tmp_path / side / f"{i}.pickle").read_bytes()) for side in ("forked", "fresh"))
+        assert relative(a) == relative(b)  # the fake address space starts where each process's mmap put it
+        assert a.get("allocator_settings") == b.get("allocator_settings")
+
+
+def one_stream(w: oracle.Workload) -> oracle.Workload:
+    """The workload with every allocation on the default stream and no cross-stream ops."""
+    ops = [[*op[:3], 0] if op[0] == "a" else [op[0], op[1], 0] if op[0] == "o" else op
+           for op in w.ops if op[0] not in ("u", "h", "c")]
+    return dataclasses.replace(w, ops=ops)
+
+
+def relative(snapshot: dict) -> tuple[list, list]:
+    """A snapshot's trace entries and segments with addresses taken from its lowest segment's."""
+    entries = oracle._entries(snapshot["device_traces"][0])
+    base = min([e[1] for e in entries if e[1] is not None and e[0].startswith("segment")] +
+               [s["address"] for s in snapshot["segments"]] or [0])
+    layout = sorted((s["address"] - base, s["total_size"],
+                     tuple((b["address"] - base, b["size"], b["state"]) for b in s["blocks"]))
+                    for s in snapshot["segments"])
+    return [(e[0], None if e[1] is None else e[1] - base, e[2]) for e in entries], layout
 
 
 @pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])

@@ -141,12 +141,15 @@ def generate(seed: int, conf: str | None = None) -> Workload:
 # ------------------------------------------------------------------ running natively
 
 
-def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeout: float = 600) -> list[dict]:
-    """Runs workloads under PyTorch's allocator on the fake GPU, one process per setting.
+def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeout: float = 600,
+               fork: bool = True) -> list[dict]:
+    """Runs workloads under PyTorch's allocator on the fake GPU, one process per setting (forked from one
+    interpreter where this torch allows: Note [One import of torch for every setting] in oracle_child).
 
     Writes out_dir/<i>.pickle (the native snapshot of workloads[i]) and returns
     what PyTorch reported for each ({"stats", "oom_caught", "torch"}, or
-    {"error": ...} when its process failed).
+    {"error": ...} when its process failed). fork=False starts a fresh
+    interpreter per setting.
     """
     out = Path(out_dir)
     # PyTorch reads the settings once, and takes a memory fraction's limit from the card's size
@@ -155,23 +158,41 @@ def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeo
     for i, w in enumerate(workloads):
         by_conf.setdefault((w.conf, w.card if w.fraction or "fraction" in w.conf else None), []).append(i)
     reports: list[dict] = [{} for _ in workloads]
-    for (conf, _), indices in by_conf.items():
-        with tempfile.TemporaryDirectory(prefix="torchmem-oracle-") as tmp:
-            spec = Path(tmp) / "workloads.json"
-            spec.write_text(json.dumps([asdict(workloads[i]) for i in indices]))
-            env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
-            env.pop("PYTORCH_ALLOC_CONF", None)
-            proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", str(spec), tmp],
-                               card=max(workloads[i].card for i in indices), env=env, capture_output=True,
-                               text=True, timeout=timeout)
-            for k, i in enumerate(indices):
-                report_file, snapshot_file = Path(tmp) / f"{k}.json", Path(tmp) / f"{k}.pickle"
+    with tempfile.TemporaryDirectory(prefix="torchmem-oracle-") as tmp:
+        groups = []
+        for g, ((conf, _), indices) in enumerate(by_conf.items()):
+            folder = Path(tmp) / str(g)
+            folder.mkdir()
+            (folder / "workloads.json").write_text(json.dumps([asdict(workloads[i]) for i in indices]))
+            groups.append({"conf": conf, "card": max(workloads[i].card for i in indices),
+                           "spec": str(folder / "workloads.json"), "out": str(folder), "indices": indices})
+        (Path(tmp) / "groups.json").write_text(json.dumps(groups))
+        env = dict(os.environ)
+        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        env.pop("PYTORCH_ALLOC_CONF", None)
+        forked = fork
+        if fork:
+            proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", "--groups",
+                                str(Path(tmp) / "groups.json")], card=max(group["card"] for group in groups),
+                               env=env, capture_output=True, text=True, timeout=timeout * len(groups))
+            forked = proc.returncode != _NO_FORK
+        for group in groups:
+            if not forked:  # this torch reads its settings before a fork: a process per group
+                group_env = dict(env, PYTORCH_CUDA_ALLOC_CONF=group["conf"])
+                proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", group["spec"],
+                                    group["out"]], card=group["card"], env=group_env, capture_output=True,
+                                   text=True, timeout=timeout)
+            for k, i in enumerate(group["indices"]):
+                report_file, snapshot_file = Path(group["out"]) / f"{k}.json", Path(group["out"]) / f"{k}.pickle"
                 if report_file.exists():
                     reports[i] = json.loads(report_file.read_text())
                     os.replace(snapshot_file, out / f"{i}.pickle")
                 else:
                     reports[i] = {"error": f"native run exited {proc.returncode}: {proc.stderr[-2000:]}"}
     return reports
+
+
+_NO_FORK = 4  # oracle_child.NO_FORK (that module imports torch; this one does not)
 
 
 # ------------------------------------------------------------------ comparing
