@@ -29,7 +29,8 @@ FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11
 # The CUDA 12 wheels' headers lack crt/host_defines.h (nvcc's): a host-only one, used when no real one is found.
 FAKEGPU_CRT := -idirafter fakegpu/include/crt12
 FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
-fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) $(1)/libcublasLt.so.$(2)
+fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libcuda.so $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) \
+  $(1)/libcublasLt.so.$(2)
 FAKEGPU_LIBS := $(call fakegpu_libs,$(FAKEGPU_DIR),13)
 FAKEGPU12_LIBS := $(call fakegpu_libs,$(FAKEGPU12_DIR),12)
 
@@ -56,6 +57,10 @@ $(1)/libtorchmem_fakecudart.so: $(patsubst fakegpu/src/%.c,$(1)/obj/%.o,$(FAKEGP
 $(1)/libcuda.so.1: fakegpu/libcuda/libcuda.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libcuda.so.1 -ldl
+
+# The name a link step asks for: Triton 3.2 (torch 2.6) builds its launcher with -lcuda.
+$(1)/libcuda.so: $(1)/libcuda.so.1
+	ln -sf libcuda.so.1 $$@
 
 $(1)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
 	@mkdir -p $$(@D)
@@ -184,12 +189,12 @@ test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 
 # The CUDA 12 tier (docs/fakegpu.md): torch $(FAKEGPU12_TORCH), a CUDA 12 build from the package index,
 # on the CUDA 12 stand-ins (build/fakegpu/cuda12, picked by the launcher from the venv's torch): the fake
-# GPU's own checks, the oracle's first $(FAKEGPU12_ORACLE_CASES) workloads and the preflight workloads. A
+# GPU's own checks, the oracle's first $(FAKEGPU12_ORACLE_CASES) workloads, the preflight workloads and torch.compile. A
 # second make reads the headers the venv's nvidia wheels bring.
 FAKEGPU12_TORCH ?= 2.6.0
 FAKEGPU12_ORACLE_CASES ?= 100
 FAKEGPU12_TESTS ?= tests/fakegpu/test_cuda_majors.py tests/fakegpu/test_runtime.py tests/fakegpu/test_cublas_standin.py \
-  tests/fakegpu/test_native_oracle.py tests/fakegpu/test_preflight.py tests/fakegpu/test_preflight_workloads.py
+  tests/fakegpu/test_native_oracle.py tests/fakegpu/test_preflight.py tests/fakegpu/test_preflight_workloads.py tests/fakegpu/test_compile.py
 
 test-fakegpu-cu12:
 	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
