@@ -29,6 +29,9 @@ FAKEGPU_LIBS = ROOT / "build" / "fakegpu"
 SOURCES = {"cuda": ROOT / ".venv-cuda" / "bin" / "python", "cpu": ROOT / ".venv" / "bin" / "python"}
 NATIVE_OOM = ROOT / "tests" / "data" / "native" / "nesta_gitu.json.gz"  # a real GPU's snapshot, ending in an OOM
 MiB = 1 << 20
+GiB = 1 << 30
+# What the two venvs and wheels take at once (measured: the CUDA venv 5.6 GB, the CPU one 0.8 GB).
+DISK_NEEDED = 8 * GiB
 
 pytestmark = [
     pytest.mark.slow,
@@ -121,6 +124,9 @@ def venvs(tmp_path_factory) -> Iterator[dict[str, Installed | str]]:
 def make_venvs(tmp_path_factory, made: list[Path]) -> dict[str, Installed | str]:
     """venvs' work; each venv started is listed in `made`."""
     found: dict[str, Installed | str] = {}
+    free = shutil.disk_usage(tmp_path_factory.getbasetemp()).free
+    assert free >= DISK_NEEDED, (f"the install tests need {DISK_NEEDED / GiB:.0f} GB free under "
+                                 f"{tmp_path_factory.getbasetemp()}; {free / GiB:.1f} GB are")
     with ThreadPoolExecutor(max_workers=2) as pool:
         pending = {}
         for flavour, python in SOURCES.items():
