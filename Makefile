@@ -10,7 +10,7 @@ SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.c
 .PHONY: demo test test-fast test-cpu test-cpu-tier test-install test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel
 
 # The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
-# cuBLASLt plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
+# cuBLASLt and NCCL plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
 # from one set of sources. The CUDA 13 set (build/fakegpu) is built with the
 # CUDA headers of CUDA_HOME (or those of the CUDA torch venv's nvidia wheel);
 # the CUDA 12 set (build/fakegpu/cuda12) with CUDA12_HOME's, else the newest
@@ -30,7 +30,7 @@ FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11
 FAKEGPU_CRT := -idirafter fakegpu/include/crt12
 FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
 fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libcuda.so $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) \
-  $(1)/libcublasLt.so.$(2)
+  $(1)/libcublasLt.so.$(2) $(1)/libnccl.so.2
 FAKEGPU_LIBS := $(call fakegpu_libs,$(FAKEGPU_DIR),13)
 FAKEGPU12_LIBS := $(call fakegpu_libs,$(FAKEGPU12_DIR),12)
 
@@ -65,6 +65,11 @@ $(1)/libcuda.so: $(1)/libcuda.so.1
 $(1)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
 	@mkdir -p $$(@D)
 	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libnvidia-ml.so.1
+
+# The NCCL stand-in (fakegpu/nccl/nccl.c): the real library's soname; it has no symbol versions.
+$(1)/libnccl.so.2: fakegpu/nccl/nccl.c
+	@mkdir -p $$(@D)
+	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libnccl.so.2 -ldl -lpthread
 
 # cuBLAS and cuBLASLt stand-ins (fakegpu/cublas/, docs/preflight.md): the real libraries' sonames
 # and version nodes; compute routines succeed without computing.
@@ -189,12 +194,13 @@ test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 
 # The CUDA 12 tier (docs/fakegpu.md): torch $(FAKEGPU12_TORCH), a CUDA 12 build from the package index,
 # on the CUDA 12 stand-ins (build/fakegpu/cuda12, picked by the launcher from the venv's torch): the fake
-# GPU's own checks, the oracle's first $(FAKEGPU12_ORACLE_CASES) workloads, the preflight workloads and torch.compile. A
-# second make reads the headers the venv's nvidia wheels bring.
+# GPU's own checks, the oracle's first $(FAKEGPU12_ORACLE_CASES) workloads, the preflight workloads, torch.compile
+# and --world-size on the NCCL stand-in. A second make reads the headers the venv's nvidia wheels bring.
 FAKEGPU12_TORCH ?= 2.6.0
 FAKEGPU12_ORACLE_CASES ?= 100
 FAKEGPU12_TESTS ?= tests/fakegpu/test_cuda_majors.py tests/fakegpu/test_runtime.py tests/fakegpu/test_cublas_standin.py \
-  tests/fakegpu/test_native_oracle.py tests/fakegpu/test_preflight.py tests/fakegpu/test_preflight_workloads.py tests/fakegpu/test_compile.py
+  tests/fakegpu/test_native_oracle.py tests/fakegpu/test_preflight.py tests/fakegpu/test_preflight_workloads.py tests/fakegpu/test_compile.py \
+  tests/fakegpu/test_preflight_world.py
 
 test-fakegpu-cu12:
 	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)

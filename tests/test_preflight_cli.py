@@ -26,6 +26,14 @@ def preflight(capsys, *args: str) -> SimpleNamespace:
     (["--devices", "65", "--", "python", "x.py"], "--devices must be 1 to 64"),
     (["--conf", "expandable_segments:maybe", "--", "python", "x.py"], "expandable_segments"),
     (["--conf", "policy:stitch", "--", "python", "x.py"], "PYTORCH_CUDA_ALLOC_CONF settings only"),
+    (["--ranks", "3", "--", "python", "x.py"], "--ranks needs --world-size"),
+    (["--world-size", "0", "--", "python", "x.py"], "must be 1 or more"),
+    (["--world-size", "64", "--ranks", "64", "--", "python", "x.py"], "rank 64 is not in a world of 64"),
+    (["--world-size", "64", "--ranks", "0,x", "--", "python", "x.py"], "give ranks as 0, 0,7,63 or 0-7"),
+    (["--world-size", "64", "--", "torchrun", "--nnodes", "1:8", "--nproc-per-node", "8", "x.py"], "elastic range"),
+    (["--world-size", "64", "--", "torchrun", "--nnodes", "4", "--nproc-per-node", "8", "x.py"],
+     "disagrees with torchrun's --nnodes 4 x --nproc-per-node 8 = 32"),
+    (["--world-size", "8", "--", "torchrun", "--nproc-per-node", "8"], "torchrun was given no script"),
 ])
 def test_bad_arguments_exit_2_with_one_line(capsys, args, says):
     proc = preflight(capsys, *args)

@@ -1,10 +1,11 @@
 """A 2-rank DDP training step for preflight under torchrun (tests/fakegpu/test_preflight_workloads.py).
 
-Asks for NCCL, as a real job would; preflight runs it with gloo. Each rank
-writes RESULTS_DIR/rank<N>.json (its own file: the ranks share one stdout,
-where their lines can interleave): its live tensors' bytes on the card and
-what PyTorch's allocator says is allocated beyond the warm-up's cuBLAS
-workspaces.
+Asks for NCCL, as a real job would; ProcessGroupNCCL runs on the fake GPU's
+NCCL stand-in. Each rank writes RESULTS_DIR/rank<N>.json (its own file: the
+ranks share one stdout, where their lines can interleave): its live tensors'
+bytes on the card, what PyTorch's allocator says is allocated beyond the
+warm-up's cuBLAS workspaces, the NCCL version torch reports, and the device
+memory the first collective took outside the allocator.
 
     torchrun --nproc-per-node 2 tests/fakegpu/ddp_preflight_job.py RESULTS_DIR
 """
@@ -37,10 +38,13 @@ def main() -> None:
     _warm_up(device)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated(local)
+    free_before = torch.cuda.mem_get_info(local)[0] + torch.cuda.memory_reserved(local)
     kept, live = step(device, ddp=True)
     torch.cuda.synchronize()
+    free_after = torch.cuda.mem_get_info(local)[0] + torch.cuda.memory_reserved(local)
     result = {"rank": dist.get_rank(), "live": live, "allocated": torch.cuda.memory_allocated(local) - base,
-              "backend": dist.get_backend()}
+              "backend": dist.get_backend(), "nccl": list(torch.cuda.nccl.version()),
+              "taken_outside": free_before - free_after}
     with open(os.path.join(sys.argv[1], f"rank{result['rank']}.json"), "w") as f:
         json.dump(result, f)
     dist.destroy_process_group()

@@ -240,6 +240,42 @@ def t5_training(device: str) -> list[Any]:
     return [model, opt, ids, labels]
 
 
+class MoE(torch.nn.Module):
+    """A mixture-of-experts feed-forward layer: a router picks each token's top 2 of 8 experts."""
+
+    def __init__(self, dim: int = 64, experts: int = 8, top: int = 2):
+        super().__init__()
+        self.top = top
+        self.router = torch.nn.Linear(dim, experts, bias=False)
+        self.experts = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(),
+                                                               torch.nn.Linear(4 * dim, dim))
+                                           for _ in range(experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, chosen = self.router(x).softmax(-1).topk(self.top, dim=-1)
+        load = torch.bincount(chosen.flatten(), minlength=len(self.experts))  # routing: tokens per expert
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(chosen == e)  # routing: the tokens sent to expert e
+            out.index_add_(0, token, expert(x[token]) * weights[token, slot, None])
+        return out, load
+
+
+def moe(device: str) -> list[Any]:
+    """An MoE layer's training step: which tokens each expert gets, so how much it allocates, follows device
+    values (the router's choices), which are garbage on the fake GPU."""
+    torch.manual_seed(0)
+    model = MoE().to(device)
+    opt = torch.optim.AdamW(model.parameters())
+    out, load = model(torch.randn(256, 64, device=device))
+    (out.pow(2).mean() + load.float().var() * 0).backward()
+    opt.step()
+    return [model, opt]
+
+
+# Workloads whose allocations follow device values: preflight must warn where (Note [Data-dependent shapes]).
+DATA_DEPENDENT: dict[str, Callable[[str], list[Any]]] = {"moe": moe}
+
 KINDS: dict[str, Callable[[str], list[Any]]] = {
     "autocast_gradscaler": autocast_gradscaler, "checkpointing": checkpointing, "compiled": compiled,
     "nanogpt_compiled": nanogpt_compiled,
@@ -253,7 +289,7 @@ def measure(kind: str, device: str) -> dict[str, Any]:
         _warm_up(device)
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
-    kept = KINDS[kind](device)
+    kept = {**KINDS, **DATA_DEPENDENT}[kind](device)
     live = card_bytes(state_tensors(*kept), device)
     out: dict[str, Any] = {"live": live}
     if cuda:

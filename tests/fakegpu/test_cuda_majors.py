@@ -123,7 +123,7 @@ def test_the_launcher_picks_the_set_of_the_commands_torch(tmp_path, monkeypatch,
         env = fakegpu.environment("24GiB", command=command, base={"PATH": os.environ["PATH"]})
         where = libs / folder if folder else libs
         major = 12 if cuda == "12.4" else 13
-        assert env["LD_PRELOAD"].split(":") == [str(where / name) for name in (fakegpu.RUNTIME, *fakegpu.blas(major))]
+        assert env["LD_PRELOAD"].split(":") == [str(where / name) for name in (fakegpu.RUNTIME, *fakegpu.blas(major), "libnccl.so.2")]
         assert env["LD_LIBRARY_PATH"].split(":")[0] == str(where)
 
 

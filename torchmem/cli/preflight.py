@@ -28,6 +28,10 @@ def register(subparsers) -> None:
                    help=f"the card: {', '.join(sorted(CARDS))} (also {', '.join(sorted(ALIASES))}), or a bare size "
                         "(80GiB, 24GB, ...: nothing assumed outside the allocator) (default 80GiB)")
     p.add_argument("--devices", type=arguments.count(1), default=1, help="devices per process, 1 to 64 (default 1)")
+    p.add_argument("--world-size", type=arguments.count(1), default=None,
+                   help="run only some ranks of a job of this many ranks, from this machine; a torchrun launcher "
+                        "in COMMAND is read for its node layout (docs/preflight.md)")
+    p.add_argument("--ranks", default="0", help="with --world-size: which ranks run, e.g. 0, 0,63 or 0-7 (default 0)")
     p.add_argument("--conf", default=None, type=arguments.conf,
                    help="PYTORCH_CUDA_ALLOC_CONF for the run (default: the environment's)")
     p.add_argument("--out", default=None, help="folder for the snapshots and reports (default: a new temporary one)")
@@ -41,7 +45,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.fakegpu import FakeGPUError, card
-    from torchmem.preflight import OOM_EXIT, PreflightError, run_command
+    from torchmem.preflight import OOM_EXIT, PreflightError, WorldError, parse_ranks, run_command
     from torchmem.traces import ArgumentError
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -56,10 +60,18 @@ def run(args: argparse.Namespace) -> int:
     if args.conf is not None and "policy:" in args.conf.replace(" ", ""):
         raise ArgumentError(f"--conf {args.conf!r}: preflight runs PyTorch's own allocator, which takes "
                             "PYTORCH_CUDA_ALLOC_CONF settings only")
+    try:
+        ranks = parse_ranks(args.ranks)
+    except WorldError as exc:
+        raise ArgumentError(str(exc)) from None
+    if args.world_size is None and args.ranks != "0":
+        raise ArgumentError("--ranks needs --world-size")
     sys.stdout.flush()
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
-                             max_entries=args.max_entries)
+                             max_entries=args.max_entries, world_size=args.world_size, ranks=ranks)
+    except WorldError as exc:
+        raise ArgumentError(str(exc)) from None
     except FakeGPUError as exc:
         print(f"torchmem preflight: error: {exc}", file=sys.stderr)
         return 1

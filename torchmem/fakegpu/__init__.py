@@ -53,9 +53,12 @@ def blas(major: int = DEFAULT_MAJOR) -> tuple[str, str]:
     return f"libcublas.so.{major}", f"libcublasLt.so.{major}"
 
 
+NCCL = "libnccl.so.2"  # the NCCL stand-in (fakegpu/nccl/nccl.c), one soname for both majors
+
+
 def libraries(major: int = DEFAULT_MAJOR) -> tuple[str, ...]:
     """The files of one set of stand-ins."""
-    return (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1", *blas(major))
+    return (RUNTIME, "libcuda.so.1", "libnvidia-ml.so.1", *blas(major), NCCL)
 
 
 BLAS = blas()
@@ -74,6 +77,7 @@ class TorchBuild:
     version: str | None  # torch.__version__; None when the interpreter has no torch
     cuda: str | None     # torch.version.cuda; None for a CPU build
     cublas: str | None   # the version of the nvidia cuBLAS wheel beside it, if any
+    nccl: str | None = None  # the version of the nvidia NCCL wheel beside it, if any
 
     @property
     def major(self) -> int | None:
@@ -82,14 +86,15 @@ class TorchBuild:
 
 
 def _read_torch_build() -> dict:
-    """Runs in the interpreter asked about: torch's version.py and the cuBLAS wheel, without importing torch."""
+    """Runs in the interpreter asked about: torch's version.py and the cuBLAS and NCCL wheels, without importing
+    torch."""
     import importlib.util
     import os
     import re
     import sys
     from importlib import metadata
 
-    found = {"version": None, "cuda": None, "cublas": None}
+    found = {"version": None, "cuda": None, "cublas": None, "nccl": None}
     loaded = sys.modules.get("torch")
     if loaded is not None and hasattr(loaded, "version"):
         found["version"], found["cuda"] = str(loaded.__version__), loaded.version.cuda
@@ -115,6 +120,12 @@ def _read_torch_build() -> dict:
             if version.split(".")[0] == major:
                 found["cublas"] = version
                 break
+        for wheel in (f"nvidia-nccl-cu{major}", "nvidia-nccl"):
+            try:
+                found["nccl"] = metadata.version(wheel)
+                break
+            except metadata.PackageNotFoundError:
+                continue
     return found
 
 
@@ -136,7 +147,7 @@ def torch_build(python: str | None = None) -> TorchBuild:
         found = None
     if not isinstance(found, dict):
         raise FakeGPUError(f"cannot tell which torch {python} runs (it did not answer a query of its torch build)")
-    return TorchBuild(python, found.get("version"), found.get("cuda"), found.get("cublas"))
+    return TorchBuild(python, found.get("version"), found.get("cuda"), found.get("cublas"), found.get("nccl"))
 
 
 def interpreter_of(command: Sequence[str], path: str | None = None) -> str | None:
@@ -212,8 +223,8 @@ def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: boo
                            f"stand-ins for CUDA {' and '.join(map(str, MAJORS))} builds")
     major = build.major or DEFAULT_MAJOR
     folder = library_dir(major)
-    ours = (RUNTIME, *blas(major))
-    stale = (RUNTIME, *(name for m in MAJORS for name in blas(m)))
+    ours = (RUNTIME, *blas(major), NCCL)
+    stale = (RUNTIME, NCCL, *(name for m in MAJORS for name in blas(m)))
     preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and not p.endswith(stale)]
     env["LD_PRELOAD"] = ":".join([*(str(folder / name) for name in ours), *preload])
     others = [p for p in env.get("LD_LIBRARY_PATH", "").split(":")
@@ -232,6 +243,8 @@ def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: boo
         env["TORCHMEM_FAKEGPU_LOG"] = os.fspath(log)
     if build.cublas:
         env.setdefault("TORCHMEM_FAKEGPU_CUBLAS_VERSION", build.cublas)
+    if build.nccl:
+        env.setdefault("TORCHMEM_FAKEGPU_NCCL_VERSION", build.nccl)
     return env
 
 

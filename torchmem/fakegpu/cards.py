@@ -63,7 +63,8 @@ nearest cited measurement, so every ``outside`` is an estimate):
 - CUDA context, T4: 118 MiB: nvidia-smi's 150 MiB used less torch's 32 MiB
   reserved, driver 550.54.15 (the T4 notebook above).
 
-Not counted anywhere: NCCL's buffers (preflight runs gloo), cuDNN's modules
+Not counted here: NCCL's buffers (the NCCL stand-in takes its own estimate
+from the device, fakegpu/nccl/nccl.c). Not counted anywhere: cuDNN's modules
 (cuDNN is off under preflight), and CUDA graphs' memory outside the pools.
 """
 from __future__ import annotations

@@ -32,8 +32,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment
 from torchmem.preflight.verdict import Verdict, verdict
+from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
-__all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "environment_for", "run", "run_command", "verdict"]
+__all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "World", "WorldError", "environment_for", "parse_ranks",
+           "plan", "run", "run_command", "verdict"]
 
 STARTUP = Path(__file__).resolve().parent / "startup"
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +64,7 @@ class DeviceResult:
     snapshot: str
     oom: dict[str, Any] | None   # the uncaught OOM on this device: message, tried, where
     outside: int = 0             # memory outside PyTorch's allocator counted against the card
+    nccl: int = 0                # of which NCCL's own buffers (the most the NCCL stand-in held at once)
 
     @property
     def verdict(self) -> Verdict:
@@ -105,7 +108,8 @@ class Report:
                 hit = oom is not None and (oom_device == d["device"] or (oom_device is None and d is used[-1]))
                 out.append(DeviceResult(p["name"], d["device"], d["peak_allocated"], d["peak_reserved"], d["total"],
                                         d["num_ooms"], d["num_alloc_retries"], p.get("snapshot") or "",
-                                        oom if hit else None, d.get("outside", self.card.outside_bytes)))
+                                        oom if hit else None, d.get("outside", self.card.outside_bytes),
+                                        d.get("nccl", 0)))
         return out
 
     @property
@@ -172,8 +176,14 @@ def _check_conf(conf: str | None) -> None:
 def run_command(command: Sequence[str], card: str | int | Card = "80GiB", devices: int = 1, *,
                 conf: str | None = None, out: str | os.PathLike[str] | None = None, advise: bool = True,
                 max_entries: int | None = None, env: Mapping[str, str] | None = None,
-                capture_output: bool = False, timeout: float | None = None, label: str | None = None) -> Report:
+                capture_output: bool = False, timeout: float | None = None, label: str | None = None,
+                world_size: int | None = None, ranks: Sequence[int] = (0,)) -> Report:
     """Runs a command under preflight and reads what its processes wrote.
+
+    With `world_size`, only `ranks` of a job of that many ranks run, one
+    process each, in turn (world.py): a torchrun launcher in `command` is read
+    for its node layout and replaced, and each process sees as many devices
+    as a node has.
 
     Raises PreflightError when the command cannot start, or fails for its own
     reasons (an exception other than an OOM, a non-zero exit status): its
@@ -185,31 +195,43 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     shown = label or " ".join(command)
     chosen = parse_card(card)
     _check_conf(conf)
+    world = plan(command, world_size, ranks) if world_size is not None else None
+    run_as = list(world.command) if world else command
+    devices = world.per_node if world else devices
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="torchmem-preflight-"))
     folder.mkdir(parents=True, exist_ok=True)
     for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*")]:
         stale.unlink()
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
-                           command=command)
-    program = shutil.which(command[0], path=full.get("PATH"))
+                           command=run_as)
+    program = shutil.which(run_as[0], path=full.get("PATH"))
     if program is None:
-        raise PreflightError(f"{command[0]}: command not found", 127)
-    try:
-        proc = subprocess.run([program, *command[1:]], env=full, capture_output=capture_output, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise PreflightError(f"`{shown}` did not finish in {timeout} s", 124) from None
+        raise PreflightError(f"{run_as[0]}: command not found", 127)
+    returncode, captured = 0, ("", "")
+    for i, rank in enumerate(world.ranks if world else [None]):
+        rank_env = full if world is None or rank is None else {**full, **world.environment(rank)}
+        if world is not None and len(world.ranks) > 1:
+            print(f"torchmem preflight: rank {rank} of {world.size} ({i + 1} of {len(world.ranks)} run here)",
+                  file=sys.stderr, flush=True)
+        try:
+            proc = subprocess.run([program, *run_as[1:]], env=rank_env, capture_output=capture_output, text=True,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise PreflightError(f"`{shown}` did not finish in {timeout} s", 124) from None
+        returncode = returncode or proc.returncode
+        if capture_output:
+            captured = (captured[0] + proc.stdout, captured[1] + proc.stderr)
     processes = _read(folder)
-    report = Report(command, chosen, devices, conf, str(folder), proc.returncode, processes)
-    report.captured = (proc.stdout, proc.stderr) if capture_output else None  # type: ignore[attr-defined]
+    report = Report(command, chosen, devices, conf, str(folder), returncode, processes)
+    report.captured = captured if capture_output else None  # type: ignore[attr-defined]
     failed = [p for p in processes if p.get("status") == "error"]
     if failed:
-        raise PreflightError(f"`{shown}` failed: {failed[0]['error']} (exit status {proc.returncode}; "
+        raise PreflightError(f"`{shown}` failed: {failed[0]['error']} (exit status {returncode}; "
                              f"traceback in {folder / (failed[0]['name'] + '.traceback.txt')})",
-                             proc.returncode or 1)
-    if proc.returncode != 0 and not report.ooms:
-        raise PreflightError(f"`{shown}` exited with status {proc.returncode}"
-                             + ("" if processes else " before it used the GPU"), proc.returncode)
+                             returncode or 1)
+    if returncode != 0 and not report.ooms:
+        raise PreflightError(f"`{shown}` exited with status {returncode}"
+                             + ("" if processes else " before it used the GPU"), returncode)
     if not processes:
         raise PreflightError(f"`{shown}` never used the GPU: nothing to report (is torch the CUDA "
                              "build in that interpreter?)", 1)

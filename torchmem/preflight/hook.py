@@ -10,17 +10,22 @@ torch; then, before the script can allocate:
 - cuDNN is switched off (``torch.backends.cudnn.enabled = False``: the fake
   GPU has no cuDNN stand-in, so convolutions and batch norm take PyTorch's
   own CUDA kernels; their buffers are not cuDNN's workspaces);
-- ``torch.distributed.init_process_group`` gets gloo where NCCL was asked
-  for (no NCCL on the fake GPU);
+- NCCL is the fake GPU's stand-in (fakegpu/nccl/nccl.c): ProcessGroupNCCL
+  runs as it is, and the most device memory NCCL held on a device counts
+  outside the allocator (``nccl`` in the report);
+- when only some ranks of a job run (``$TORCHMEM_PREFLIGHT_WORLD``, world.py),
+  ``init_process_group`` gets a store that answers locally (Note [Ranks that
+  are not run]);
 - when CUDA initialises, the memory a real process holds outside PyTorch's
   allocator (``$TORCHMEM_PREFLIGHT_OUTSIDE`` bytes: the card's CUDA context
   and libraries, torchmem/fakegpu/cards.py) is taken from every device with
   the fake runtime's own ``cudaMalloc``, so the allocator gets what it would
   get on the real card;
-- Tensor methods that read values computed on the device (``.item()``,
-  ``.tolist()``, ``bool()``, ``.nonzero()``, ``.unique()``,
-  ``.masked_select()``...) are counted with the line of the script that made
-  them (``torch.nonzero(x)`` and boolean-mask indexing are not seen).
+- calls that read values computed on the device (``.item()``,
+  ``.tolist()``, ``bool()``) or whose output's size depends on them
+  (``.nonzero()``, ``torch.nonzero(x)``, ``torch.where(mask)``,
+  ``torch.bincount``, boolean-mask indexing ``x[mask]``...) are counted with
+  the line of the script that made them (Note [Data-dependent shapes]).
 
 At exit, or at the first uncaught ``torch.OutOfMemoryError`` (before the
 traceback releases the tensors), the process writes its native snapshot
@@ -45,11 +50,15 @@ from typing import Any
 OUT = "TORCHMEM_PREFLIGHT_OUT"
 MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
 OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
+WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # world.WORLD: this module imports nothing of torchmem's
 _state: dict[str, Any] = {"written": False, "counts": {}, "notes": [], "outcome": None}
 
-# Tensor methods and torch functions whose result depends on values computed on the device.
+# Tensor methods whose result depends on values computed on the device.
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
-SHAPES = ("nonzero", "unique", "unique_consecutive", "masked_select", "bincount", "argwhere", "nonzero_static")
+SHAPES = ("nonzero", "unique", "unique_consecutive", "masked_select", "bincount", "argwhere", "repeat_interleave")
+# torch functions whose output's size depends on them (TorchScript builtins: Note [Data-dependent shapes]).
+SHAPE_FUNCTIONS = ("nonzero", "argwhere", "masked_select", "bincount", "unique_consecutive", "repeat_interleave",
+                   "where")
 
 
 def name() -> str:
@@ -105,7 +114,8 @@ def _on_torch(torch: Any) -> None:
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
     _count_reads(torch)
-    _gloo_for_nccl(torch)
+    if os.environ.get(WORLD):
+        _local_rendezvous(torch, int(os.environ[WORLD]))
     outside = int(os.environ.get(OUTSIDE) or 0)
     if outside > 0:
         torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
@@ -185,9 +195,10 @@ def _shown(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def _site() -> str:
-    """The innermost frame outside torch and torchmem: the script's line that made the call."""
-    frame = sys._getframe(2)
+def _site(depth: int = 2) -> str:
+    """The innermost frame outside torch and torchmem, from `depth` frames up: the script's line that made the
+    call."""
+    frame = sys._getframe(depth)
     while frame is not None:
         path = frame.f_code.co_filename
         if not re.search(r"[/\\](torch|torchmem[/\\]preflight|transformers|accelerate)[/\\]|^<frozen", path):
@@ -196,56 +207,167 @@ def _site() -> str:
     return "?"
 
 
+# Note [Data-dependent shapes]
+# On the fake GPU, device values are whatever the memory held (mostly zeros:
+# fresh pages), so code whose allocation sizes follow device values allocates
+# other sizes than on a card. Such calls are counted per line of the script:
+# the Tensor methods of READS and SHAPES; the torch functions of
+# SHAPE_FUNCTIONS (torch.where only in its one-argument form, which is
+# nonzero; repeat_interleave only with repeats on the device); and indexing
+# with a boolean mask on the device, read or written (x[mask], x[mask] = v),
+# which runs nonzero inside. MoE routing goes through these. The wrappers
+# are registered as TorchScript builtins under the wrapped op's name, so
+# scripted code that calls torch.nonzero still compiles to aten::nonzero;
+# under torch.compile they call straight through, uncounted, so Dynamo sees
+# the plain op and its graphs are those of a run without preflight.
+
 def _count_reads(torch: Any) -> None:
     counts: dict[str, dict[str, int]] = _state["counts"]
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
-    def wrap(owner: Any, attr: str, label: str) -> None:
+    def count(label: str) -> None:
+        sites = counts.setdefault(label, {})
+        site = _site(3)
+        sites[site] = sites.get(site, 0) + 1
+
+    def on_device(value: Any) -> bool:
+        return bool(getattr(value, "is_cuda", False))
+
+    def wrap(owner: Any, attr: str, label: str, seen: Any = None) -> Any:
+        """Replaces owner.attr by a wrapper that counts the calls `seen(args, kwargs)` picks (default: a first
+        argument on the device); returns the wrapper, or None when owner has no such attribute."""
         original = getattr(owner, attr, None)
         if original is None:
-            return
+            return None
+        picks = seen or (lambda args, kwargs: bool(args) and on_device(args[0]))
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            if not compiling():
-                first = args[0] if args else None
-                if getattr(first, "is_cuda", False):
-                    sites = counts.setdefault(label, {})
-                    site = _site()
-                    sites[site] = sites.get(site, 0) + 1
+            if not compiling() and picks(args, kwargs):
+                count(label)
             return original(*args, **kwargs)
 
         counted.__name__ = getattr(original, "__name__", attr)
         counted.__doc__ = getattr(original, "__doc__", None)
         setattr(owner, attr, counted)
+        return counted
 
     for attr in READS:
         wrap(torch.Tensor, attr, "bool()" if attr == "__bool__" else f"{attr.strip('_')}()" if attr.startswith("__")
              else f".{attr}()")
-    for attr in SHAPES:  # Tensor methods only: TorchScript cannot compile a wrapped torch.nonzero
+    for attr in SHAPES:
         wrap(torch.Tensor, attr, f".{attr}()")
 
+    def mask_in(index: Any) -> bool:
+        parts = index if isinstance(index, (tuple, list)) else (index,)
+        return any(on_device(i) and getattr(i, "dtype", None) in (torch.bool, torch.uint8) for i in parts)
 
-def _gloo_for_nccl(torch: Any) -> None:
+    wrap(torch.Tensor, "__getitem__", "x[mask]", lambda args, kwargs: len(args) > 1 and mask_in(args[1]))
+    wrap(torch.Tensor, "__setitem__", "x[mask] = v", lambda args, kwargs: len(args) > 1 and mask_in(args[1]))
+
+    builtins = getattr(getattr(torch, "jit", None), "_builtins", None)
+    special = {
+        "where": lambda args, kwargs: len(args) == 1 and not kwargs and on_device(args[0]),
+        "repeat_interleave": lambda args, kwargs: on_device(kwargs.get("repeats", args[1] if len(args) > 1 else
+                                                                      args[0] if args else None)),
+    }
+    for name in SHAPE_FUNCTIONS:
+        op = builtins._find_builtin(getattr(torch, name, None)) if builtins is not None else None
+        if op is None:
+            continue  # not a TorchScript builtin in this release: left as it is
+        label = "torch.where(mask)" if name == "where" else f"torch.{name}()"
+        wrapper = wrap(torch, name, label, special.get(name))
+        builtins._register_builtin(wrapper, op)
+
+
+# Note [Ranks that are not run]
+# With --world-size, one process runs one rank of a job whose other ranks do
+# not exist. The rendezvous would wait for them, so init_process_group gets a
+# store of this process alone, and its own init_method is dropped. The store
+# answers as if every absent rank did what this one does: add(key, n) adds n
+# for each rank of the world, so a store-based barrier sees the whole world
+# arrive; a key no rank here set reads as 128 zero bytes, the size of NCCL's
+# unique id, the one value ProcessGroupNCCL reads from another rank; waits
+# return at once; check says only whether this process set the keys
+# (ProcessGroupNCCL's heartbeat checks for another rank's dump signal). The
+# NCCL stand-in needs no peer, so collectives complete.
+# Values that should come from other ranks (a broadcast object, a gathered
+# size) are whatever this rank's buffers hold.
+
+def _local_rendezvous(torch: Any, world: int) -> None:
     dist = getattr(torch, "distributed", None)
     if dist is None or not dist.is_available():
         return
+    import inspect
+
+    class LocalStore(dist.Store):
+        """A store of this process alone (Note [Ranks that are not run])."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.data: dict[str, bytes] = {}
+
+        def set(self, key: str, value: Any) -> None:
+            self.data[key] = value.encode() if isinstance(value, str) else bytes(value)
+
+        def get(self, key: str) -> bytes:
+            return self.data.get(key, bytes(128))
+
+        def add(self, key: str, amount: int) -> int:
+            total = int(self.data.get(key, b"0")) + amount * world
+            self.data[key] = str(total).encode()
+            return total
+
+        def compare_set(self, key: str, expected: Any, desired: Any) -> bytes:
+            now = self.data.get(key)
+            want = expected.encode() if isinstance(expected, str) else bytes(expected)
+            if (now is None and not want) or now == want:
+                self.set(key, desired)
+            return self.data.get(key, want)
+
+        def delete_key(self, key: str) -> bool:
+            return self.data.pop(key, None) is not None
+
+        def num_keys(self) -> int:
+            return len(self.data)
+
+        def check(self, keys: list[str]) -> bool:
+            return all(key in self.data for key in keys)
+
+        def wait(self, keys: list[str], timeout: Any = None) -> None:
+            return None
+
+        def set_timeout(self, timeout: Any) -> None:
+            return None
+
     original = dist.init_process_group
+    signature = inspect.signature(original)
+    rank = int(os.environ.get("RANK", "0"))
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
-        backend = kwargs.get("backend", args[0] if args else None)
-        if backend is None or "nccl" in str(backend).lower():
-            if args:
-                args = ("gloo", *args[1:])
-            else:
-                kwargs["backend"] = "gloo"
-            note = f"init_process_group(backend={backend!r}) ran with gloo: the fake GPU has no NCCL"
-            if note not in _state["notes"]:
-                _state["notes"].append(note)
-        return original(*args, **kwargs)
+        given = signature.bind_partial(*args, **kwargs).arguments
+        given.pop("init_method", None)
+        store = LocalStore()
+        _state.setdefault("stores", []).append(store)  # C++ calls its Python methods only while it lives here
+        given.update(store=store, rank=rank, world_size=world)
+        return original(**given)
 
     dist.init_process_group = init_process_group
     if hasattr(dist, "distributed_c10d"):
         dist.distributed_c10d.init_process_group = init_process_group
+    note = f"rank {rank} of {world} ran alone: the other ranks' rendezvous and collectives were answered locally"
+    _state["notes"].append(note)
+
+
+def _nccl_peak(device: int) -> int:
+    """The most device memory the NCCL stand-in held at once on a device (fakegpu/nccl/nccl.c), or 0."""
+    import ctypes
+
+    try:
+        peak = ctypes.CDLL(None).torchmem_nccl_device_peak
+    except (AttributeError, OSError):
+        return 0  # not on the stand-in
+    peak.restype, peak.argtypes = ctypes.c_size_t, [ctypes.c_int]
+    return int(peak(device))
 
 
 def _oom_details(exc: BaseException) -> dict[str, Any]:
@@ -363,7 +485,8 @@ def _write() -> None:
             "num_ooms": stats.get("num_ooms", 0),
             "num_alloc_retries": stats.get("num_alloc_retries", 0),
             "total": torch.cuda.get_device_properties(d).total_memory,
-            "outside": _state.get("outside", {}).get(d, 0),
+            "outside": _state.get("outside", {}).get(d, 0) + _nccl_peak(d),
+            "nccl": _nccl_peak(d),
         })
     report = {
         "name": name(), "pid": os.getpid(), "rank": os.environ.get("RANK"), "argv": sys.argv,

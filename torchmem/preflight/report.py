@@ -12,6 +12,8 @@ GARBAGE = ("Values computed on the device are garbage (the fake GPU skips kernel
 CUDNN = ("cuDNN is off (torch.backends.cudnn.enabled = False; the fake GPU has no cuDNN stand-in): convolutions, "
          "batch norm and RNNs take PyTorch's own CUDA kernels, whose buffers (im2col columns in slow_conv2d, for "
          "one) differ from cuDNN's workspaces, so a model with them reserves differently than on a real card.")
+NCCL = ("NCCL's own buffers count outside the allocator: {size} per device. That is an estimate from NCCL's default "
+        "buffer sizes and 16 channels per communicator, not a figure measured on a card (fakegpu/nccl/nccl.c).")
 RULE = ("A run fits when its peak reserved plus the memory outside PyTorch's allocator (CUDA context, libraries) "
         "stays within the card's total_memory.")
 
@@ -25,7 +27,7 @@ def outside_note(card: "Card") -> str:
                 "PyTorch's. Name a card (--card h100, l4, ...) to count its CUDA context and libraries.")
     return (f"Outside the allocator: {fmt_size(card.outside)} taken from each device before the script ran "
             f"({card.outside_source}). A real card's figure varies with the driver, CUDA and the libraries loaded; "
-            "NCCL's buffers and cuDNN's modules are not counted.")
+            "cuDNN's modules are not counted.")
 
 
 def _site_list(sites: dict[str, int], limit: int = 3) -> str:
@@ -55,6 +57,11 @@ def warnings_for(report: "Report") -> list[str]:
                        "the sizes allocated after it may differ from a real run's.")
     if any(p.get("devices") for p in report.processes):
         out.append(CUDNN)
+    nccl = max((d.nccl for d in report.devices), default=0)
+    if nccl:
+        from torchmem.replay.runner import fmt_size
+
+        out.append(NCCL.format(size=f"up to {fmt_size(nccl)}"))
     notes = {n for p in report.processes for n in p.get("notes", [])}
     out += sorted(notes)
     out.append(outside_note(report.card))
@@ -75,7 +82,8 @@ def format_report(report: "Report") -> str:
         who = f"{d.process} device {d.device}" if len(report.processes) > 1 else f"device {d.device}"
         v = d.verdict
         head = (f"  {who}: peak allocated {fmt_size(d.peak_allocated)}, peak reserved {fmt_size(d.peak_reserved)}"
-                f" + outside the allocator {fmt_size(d.outside)} = {fmt_size(v.needed)} of {fmt_size(d.total)}")
+                f" + outside the allocator {fmt_size(d.outside)}"
+                f"{f' (NCCL {fmt_size(d.nccl)})' if d.nccl else ''} = {fmt_size(v.needed)} of {fmt_size(d.total)}")
         if d.oom is not None:
             tried = f"tried to allocate {d.oom['tried']}" if d.oom.get("tried") else "an allocation failed"
             lines.append(f"{head}: OUT OF MEMORY at {d.oom['where']}: {tried}.")
