@@ -7,7 +7,7 @@ export MAX_JOBS ?= 2
 
 SOURCES := setup.py $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name '*.cu')
 
-.PHONY: demo test test-fast test-cpu test-cpu-tier test-install test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel
+.PHONY: demo test test-fast test-cpu test-cpu-tier test-install test-fakegpu test-fakegpu-cu12 fakegpu-cu12-run sanitize sanitize-quick clean fakegpu fakegpu-cu12 fakegpu-ext wheel test-frameworks
 
 # The fake GPU (fakegpu/, docs/fakegpu.md): stand-ins for libcudart, cuBLAS and
 # cuBLASLt and NCCL plus fake libcuda.so.1 and libnvidia-ml.so.1, one set per CUDA major
@@ -191,6 +191,22 @@ test-install: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log
 	$(FAKEGPU_ENV) $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q $(XDIST) tests/fakegpu tests/cuda $(PYTEST_ARGS)
+
+# The framework tests (tests/fakegpu/test_frameworks.py): PEFT, TRL, liger-kernel, Accelerate's FSDP and
+# DeepSpeed on the fake GPU. Their packages go into .venv-frameworks, which sees the CUDA venv's torch through
+# a .pth file, so no second torch is installed. CI runs it; `make test` skips these tests.
+FRAMEWORKS_VENV := .venv-frameworks
+FRAMEWORKS_PY := $(FRAMEWORKS_VENV)/bin/python
+
+$(FRAMEWORKS_VENV)/.deps: requirements-frameworks.txt $(CUDA_VENV)/.deps
+	test -x $(FRAMEWORKS_PY) || $(PYTHON) -m venv $(FRAMEWORKS_VENV)
+	$(CUDA_PY) -c "import site; print(site.getsitepackages()[0])" > \
+	  "$$($(FRAMEWORKS_PY) -c 'import site; print(site.getsitepackages()[0])')/torchmem_cuda_venv.pth"
+	DS_BUILD_OPS=0 $(FRAMEWORKS_PY) -m pip install -q --no-build-isolation -r requirements-frameworks.txt
+	touch $@
+
+test-frameworks: $(FRAMEWORKS_VENV)/.deps $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
+	$(FAKEGPU_ENV) $(FRAMEWORKS_PY) -m torchmem.fakegpu -- $(FRAMEWORKS_PY) -m pytest -q tests/fakegpu/test_frameworks.py $(PYTEST_ARGS)
 
 # The CUDA 12 tier (docs/fakegpu.md): torch $(FAKEGPU12_TORCH), a CUDA 12 build from the package index,
 # on the CUDA 12 stand-ins (build/fakegpu/cuda12, picked by the launcher from the venv's torch): the fake

@@ -10,7 +10,8 @@ Before renting the 64 cards, ask preflight about rank 0 from one machine:
 The model is built on the meta device, each block is sharded with
 ``fully_shard`` over every rank (bf16 parameters, fp32 gradient reduction),
 then materialised on the GPU. Blocks recompute their activations in the
-backward (activation checkpointing). One AdamW step runs on random tokens.
+backward (activation checkpointing); with --compile, each block is compiled
+(inductor) before it is sharded. One AdamW step runs on random tokens.
 """
 from __future__ import annotations
 
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="sequences per rank")
     parser.add_argument("--seq", type=int, default=4096, help="tokens per sequence")
     parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--compile", action="store_true", help="compile each block with torch.compile (inductor)")
     args = parser.parse_args()
     shape = PRESETS[args.preset]
 
@@ -106,6 +108,8 @@ def main() -> None:
         model = Llama(shape)
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.blocks:
+        if args.compile:
+            block.compile()
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     model.to_empty(device="cuda")

@@ -52,15 +52,17 @@ def test_a_world_size_that_disagrees_with_torchrun_is_refused(tmp_path):
                               out=tmp_path / "run", world_size=64)
 
 
-def test_the_llama_example_runs_as_the_last_rank_of_two_nodes(tmp_path):
-    """examples/fsdp2_llama.py (its debug shape) through the command line, as docs/preflight.md shows it."""
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_the_llama_example_runs_as_the_last_rank_of_two_nodes(tmp_path, compiled):
+    """examples/fsdp2_llama.py (its debug shape) through the command line, as docs/preflight.md shows it; with
+    --compile, its blocks compiled by inductor before FSDP2 shards them, as torchtitan does."""
     import subprocess
 
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     proc = subprocess.run([sys.executable, "-m", "torchmem", "preflight", "--card", "h100", "--world-size", "16",
                            "--ranks", "15", "--no-advise", "--json", "--out", str(tmp_path), "--",
                            torchrun, "--nnodes", "2", "--nproc-per-node", "8", "examples/fsdp2_llama.py",
-                           "--preset", "debug", "--seq", "256"],
+                           "--preset", "debug", "--seq", "256", *(["--compile"] if compiled else [])],
                           capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)

@@ -1,0 +1,69 @@
+"""The common training frameworks under preflight (docs/preflight.md, "Frameworks").
+
+Each framework trains a tiny Llama (built from a config) one step on the fake card, and its live tensors
+(parameters, gradients, optimizer state) must take the bytes the same step needs on the CPU:
+
+- PEFT's LoRA; liger-kernel's Triton kernels (the plain modules on the CPU); TRL's SFTTrainer;
+- the Hugging Face Trainer with Accelerate's FSDP plugin (FSDP2), as rank 0 of 2 (preflight --world-size):
+  its shards must take what half of each CPU tensor takes;
+- DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks, which cannot run on the CPU: they must complete, and preflight must
+  name the device value their step reads (the gradient overflow check).
+
+The packages come from requirements-frameworks.txt (`make test-frameworks`, which CI runs); a test whose
+package is not installed skips.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+from tests.fakegpu import framework_workloads as workloads
+from tests.fakegpu.helpers import ROOT
+from torchmem import preflight
+
+JOB = "tests/fakegpu/framework_job.py"
+
+
+def needs(kind: str) -> None:
+    if importlib.util.find_spec(workloads.PACKAGES[kind]) is None:
+        pytest.skip(f"{workloads.PACKAGES[kind]} is not installed (make test-frameworks installs it)")
+
+
+def on_ranks(kind: str, tmp_path, world: int = 2) -> tuple[preflight.Report, dict]:
+    """KIND as rank 0 of `world`, from the job script: the report, and what the rank measured."""
+    report = preflight.run_command([sys.executable, JOB, kind, str(tmp_path)], "h100", out=tmp_path / "run",
+                                   advise=False, capture_output=True, timeout=900, world_size=world,
+                                   env=dict(os.environ, PYTHONPATH=ROOT))
+    return report, json.loads((tmp_path / "rank0.json").read_text())
+
+
+@pytest.mark.parametrize("kind", ["peft_lora", "liger", "trl_sft"])
+def test_a_framework_step_takes_on_the_card_what_it_takes_on_the_cpu(kind):
+    needs(kind)
+    on_cpu = workloads.measure(kind, "cpu")
+    report = preflight.run(workloads.measure, kind, "cuda", card="h100", advise=False, timeout=900)
+    assert report.fits
+    assert report.value["live"] == on_cpu["live"] > 0
+    if kind == "liger":  # liger's modules ran on the card, the plain ones on the CPU
+        assert (report.value["norm"], on_cpu["norm"]) == ("LigerRMSNorm", "LlamaRMSNorm")
+
+
+def test_the_trainer_with_accelerates_fsdp_holds_half_of_each_tensor_on_rank_0(tmp_path):
+    needs("trainer_fsdp")
+    on_cpu = workloads.measure("trainer_fsdp", "cpu", world=2)
+    report, rank0 = on_ranks("trainer_fsdp", tmp_path)
+    assert report.fits
+    assert rank0["live"] == on_cpu["shard"] < on_cpu["live"]
+
+
+@pytest.mark.parametrize("kind", ["zero2", "zero3"])
+def test_deepspeed_zero_completes_and_its_overflow_check_is_named(kind, tmp_path):
+    needs(kind)
+    report, _ = on_ranks(kind, tmp_path)
+    assert report.fits
+    reads = report.processes[0]["reads"]["bool()"]
+    assert any("deepspeed/runtime/utils.py" in site for site in reads), reads
