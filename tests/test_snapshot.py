@@ -189,30 +189,26 @@ def test_unknown_keys_are_accepted(tmp_path):
     validate_snapshot(snap)
 
 
-def cli(*args):
-    return torchmem_here(*args)
-
-
 def test_cli_stats_plot_viz(tmp_path):
     r = sim.replay(fragmenting_events(), "256MiB", history=10_000)
     snap = snapshot_from_replay(r)
     path = tmp_path / "replay.pickle"
     dump_snapshot(path, snap)
-    out = cli("stats", path, "--json")
+    out = torchmem_here("stats", path, "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert {k: got[k] for k in ("allocated", "free_internal", "free_external", "reserved")} == stats_totals(r.stats)
-    text = cli("stats", path).stdout
+    text = torchmem_here("stats", path).stdout
     assert "allocated + free internal + free external = reserved" in text
     png = tmp_path / "t.png"
-    out = cli("plot", path, "-o", png, "--json")
+    out = torchmem_here("plot", path, "-o", png, "--json")
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and json.loads(out.stdout)["ooms"]
     seg_png = tmp_path / "s.png"
-    assert cli("plot", path, "--segments", "-o", seg_png).returncode == 0
+    assert torchmem_here("plot", path, "--segments", "-o", seg_png).returncode == 0
     assert seg_png.stat().st_size > 1000
     page = tmp_path / "p.html"
-    assert cli("viz", path, "-o", page).returncode == 0
+    assert torchmem_here("viz", path, "-o", page).returncode == 0
     html = page.read_text()
     assert "<svg" in html and "OOM" in html
     assert "http://" not in html and "https://" not in html and "<script" not in html
@@ -221,25 +217,25 @@ def test_cli_stats_plot_viz(tmp_path):
 def test_cli_errors_and_help(tmp_path):
     files = bad_files(tmp_path)
     for cmd in (["stats"], ["plot", "-o", tmp_path / "x.png"], ["viz", "-o", tmp_path / "x.html"]):
-        out = cli(cmd[0], files["truncated.pickle"], *cmd[1:])
+        out = torchmem_here(cmd[0], files["truncated.pickle"], *cmd[1:])
         assert out.returncode == 1 and "truncated.pickle" in out.stderr and "Traceback" not in out.stderr
-        out = cli(cmd[0], tmp_path / "missing.pickle", *cmd[1:])
+        out = torchmem_here(cmd[0], tmp_path / "missing.pickle", *cmd[1:])
         assert out.returncode == 1 and "missing.pickle" in out.stderr
-        assert cli(cmd[0], "--help").returncode == 0
+        assert torchmem_here(cmd[0], "--help").returncode == 0
     no_history = tmp_path / "nohist.pickle"
     dump_snapshot(no_history, snapshot_from_replay(sim.replay(fragmenting_events()[:20], "1GiB")))
-    out = cli("plot", no_history, "-o", tmp_path / "y.png")
+    out = torchmem_here("plot", no_history, "-o", tmp_path / "y.png")
     assert out.returncode == 1 and "has no trace (no history)" in out.stderr and out.stderr.count("\n") == 1
     # Without history the segment map and the page still work; the page says how to record.
-    assert cli("plot", no_history, "--segments", "-o", tmp_path / "z.png").returncode == 0
-    assert cli("viz", no_history, "-o", tmp_path / "z.html").returncode == 0
+    assert torchmem_here("plot", no_history, "--segments", "-o", tmp_path / "z.png").returncode == 0
+    assert torchmem_here("viz", no_history, "-o", tmp_path / "z.html").returncode == 0
     assert "record_memory_history()" in (tmp_path / "z.html").read_text()
 
 
 def test_plot_against_time(tmp_path):
     path = tmp_path / "r.pickle"
     dump_snapshot(path, snapshot_from_replay(sim.replay(fragmenting_events(), "256MiB", history=10_000)))
-    out = cli("plot", path, "--time", "-o", tmp_path / "t.png", "--json")
+    out = torchmem_here("plot", path, "--time", "-o", tmp_path / "t.png", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["events"] > 0
 
@@ -340,7 +336,7 @@ def test_reads_pytorch_snapshots(tmp_path):
     assert tl.ooms[0]["device_free"] == 5 * MiB and tl.largest_free[-1] == 10 * MiB
     for args in (["plot", path, "-o", tmp_path / "a.png"], ["plot", path, "--segments", "-o", tmp_path / "b.png"],
                  ["viz", path, "-o", tmp_path / "c.html"], ["stats", path]):
-        out = cli(*args)
+        out = torchmem_here(*args)
         assert out.returncode == 0, out.stderr
     assert "model.py:12 forward" in (tmp_path / "c.html").read_text()
 

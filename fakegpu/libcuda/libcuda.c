@@ -56,25 +56,22 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
   return CUDA_SUCCESS;
 }
 
+/* The fake runtime's function `name` (NULL when it is not loaded in this process). */
+static void *runtime_function(const char *name) {
+  return dlsym(RTLD_DEFAULT, "fakegpu_version") != NULL ? dlsym(RTLD_DEFAULT, name) : NULL;
+}
+
 /* The fake runtime's driver entry point for `name` (a function that logs
  * "unimplemented driver NAME" for a name it does not answer), or NULL when the
  * fake runtime is not loaded in this process. */
 static void *runtime_entry(const char *name) {
   typedef int (*entry_fn)(const char *, void **, unsigned long long, int *);
   static entry_fn entry;
-  if (entry == NULL) {
-    if (dlsym(RTLD_DEFAULT, "fakegpu_version") == NULL) return NULL;
-    entry = (entry_fn)dlsym(RTLD_DEFAULT, "cudaGetDriverEntryPoint");
-    if (entry == NULL) return NULL;
-  }
+  if (entry == NULL) entry = (entry_fn)runtime_function("cudaGetDriverEntryPoint");
+  if (entry == NULL) return NULL;
   void *function = NULL;
   int status = 0;
   return entry(name, &function, 0, &status) == 0 ? function : NULL;
-}
-
-/* The fake runtime's function `name` (NULL when it is not loaded in this process). */
-static void *runtime_function(const char *name) {
-  return dlsym(RTLD_DEFAULT, "fakegpu_version") != NULL ? dlsym(RTLD_DEFAULT, name) : NULL;
 }
 
 /* FORWARD(name, (parameters), (arguments)): exports `name` (by its assembler

@@ -175,7 +175,7 @@ def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeo
             proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", "--groups",
                                 str(Path(tmp) / "groups.json")], card=max(group["card"] for group in groups),
                                env=env, capture_output=True, text=True, timeout=timeout * len(groups))
-            forked = proc.returncode != _NO_FORK
+            forked = proc.returncode != NO_FORK
         for group in groups:
             if not forked:  # this torch reads its settings before a fork: a process per group
                 group_env = dict(env, PYTORCH_CUDA_ALLOC_CONF=group["conf"])
@@ -192,7 +192,7 @@ def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeo
     return reports
 
 
-_NO_FORK = 4  # oracle_child.NO_FORK (that module imports torch; this one does not)
+NO_FORK = 4  # oracle_child's exit status that says: fork one process per group instead
 
 
 # ------------------------------------------------------------------ comparing

@@ -37,6 +37,7 @@ from typing import Callable
 import torch
 
 from torchmem.fakegpu import Control
+from torchmem.fakegpu.oracle import NO_FORK
 from torchmem.pytorch_env import conf_value
 
 STAT_KEYS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",
@@ -196,7 +197,6 @@ def run_group(workloads: list[dict], out: str) -> None:
 # snapshot does not say, the caller falls back to a process per group.
 
 PROBE = "max_split_size_mb:100"
-NO_FORK = 4  # the exit status that says: fork one process per group instead
 
 
 def _forked(conf: str, card: int, work: Callable[[], None]) -> int:
