@@ -80,7 +80,7 @@ def test_the_best_setting_is_one_pytorch_takes():
     the verdict's PYTORCH_CUDA_ALLOC_CONF leaves it out, and PyTorch's own parser takes the rest."""
     from types import SimpleNamespace
 
-    from torchmem.cli.advise import verdict
+    from torchmem.replay.advise_words import verdict
 
     def row(conf, need, recorded=False):
         return SimpleNamespace(conf=conf, policy="native", min_capacity=need, recorded=recorded,

@@ -1,14 +1,15 @@
 """The trace types: what every reader of allocation traces hands on, and the errors they raise.
 
-A leaf of the package: it imports nothing of torchmem, so the readers
-(torchmem/traces.py, torchmem/input_files.py, torchmem/replay/) and what they
-feed (the replayer, snapshots, the command line) all name these types
-without importing one another.
+Near the bottom of the package: it imports only the extension, so the
+readers (torchmem/traces.py, torchmem/input_files.py, torchmem/replay/) and
+what they feed (the replayer, snapshots, the command line) all name these
+types without importing one another.
 
-An event is (op, id, size, stream) with op 0 = alloc, 1 = free (snapshot
-traces add the ops of torchmem/replay/snapshot_trace.py). Events come in numpy
-chunks so that a trace of tens of millions of events never sits in memory
-as Python objects.
+An event is (op, id, size, stream). The op codes are the core's (ReplayOp in
+csrc/core/replay/replayer.h, read from torchmem._C.rules): JSON-lines traces
+hold only ALLOC and FREE; snapshot traces use the others too
+(torchmem/replay/snapshot_trace.py). Events come in numpy chunks so that a
+trace of tens of millions of events never sits in memory as Python objects.
 """
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
-ALLOC, FREE = 0, 1
-# The replay's other events (csrc/core/replay/replayer.h, ReplayOp), made from snapshots (replay/snapshot_trace.py).
-EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC, RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC, POOL, FREE_REQUESTED = 2, 3, 4, 5, 6, 7, 8
+from torchmem import _C
+
+_OPS: dict[str, int] = _C.rules.REPLAY_OPS
+ALLOC, FREE = _OPS["ALLOC"], _OPS["FREE"]
+EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC = _OPS["EMPTY_CACHE"], _OPS["SEGMENT_ADDRESS"], _OPS["FAILED_ALLOC"]
+RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = _OPS["RELEASE_SEGMENT"], _OPS["SURVIVED_FAILED_ALLOC"]
+POOL, FREE_REQUESTED = _OPS["POOL"], _OPS["FREE_REQUESTED"]
 CHUNK = 1 << 16
 
 # Actions of PyTorch's device_traces, and what replay does with each.
@@ -44,7 +49,7 @@ class DeviceError(TraceError, ArgumentError):
 
 @dataclass
 class Chunk:
-    ops: np.ndarray      # uint8: 0 alloc, 1 free (and, in snapshot traces, 2-4: see replay.snapshot_trace)
+    ops: np.ndarray      # uint8: ALLOC, FREE (and, in snapshot traces, the other op codes above)
     ids: np.ndarray      # uint64
     sizes: np.ndarray    # uint64
     streams: np.ndarray  # uint64

@@ -9,6 +9,7 @@ namespace torchmem::bindings {
 void bind_caching(pybind11::module_& m);
 void bind_cpu_install(pybind11::module_& m);
 void bind_replay(pybind11::module_& m);
+void bind_rules(pybind11::module_& m);  // the _C.rules submodule
 void bind_jsonl(pybind11::module_& m);
 void bind_pickle_scan(pybind11::module_& m);
 void bind_planned(pybind11::module_& m);

@@ -5,6 +5,7 @@ PYBIND11_MODULE(_C, m) {
   torchmem::bindings::bind_caching(m);
   torchmem::bindings::bind_cpu_install(m);
   torchmem::bindings::bind_replay(m);
+  torchmem::bindings::bind_rules(m);
   torchmem::bindings::bind_jsonl(m);
   torchmem::bindings::bind_pickle_scan(m);
   torchmem::bindings::bind_planned(m);

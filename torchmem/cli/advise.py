@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
     from torchmem.replay import advise, candidates, load_trace
     from torchmem.replay.runner import fmt_size, size_reading
+    from torchmem.replay.advise_words import COLUMNS, verdict
 
     from torchmem.progress import activity
 
@@ -70,55 +71,3 @@ def run(args: argparse.Namespace) -> int:
     for line in verdict(rows):
         print(line)
     return 0
-
-
-COLUMNS = ("  needs: the least device memory with which the trace completes under that setting (it completes there "
-           "and fails 2 MiB below); peak reserved: the most the allocator held from the device, replayed on "
-           "{reference} (on its 'needs' when it does not complete there); at {reference}: whether it completes "
-           "on the reference capacity.")
-
-
-def verdict(rows: list) -> list[str]:
-    """The lines under advise's table; they name the rows they compare, so they agree with the table."""
-    from torchmem.replay.advise import as_pytorch_setting
-    from torchmem.replay.runner import fmt_size
-
-    lines = []
-    reference = rows[0].capacity
-    baseline = next((r for r in rows if r.recorded), None)
-    what = "the run's own setting"
-    if baseline is None:  # a trace without settings: compare with PyTorch's defaults
-        baseline, what = next((r for r in rows if not r.conf), None), "PyTorch's defaults"
-    native = [r for r in rows if r.policy == "native"]  # what PYTORCH_CUDA_ALLOC_CONF can say
-    best = native[0] if native else None
-    stitched = next((r for r in rows if r.policy == "stitch"), None)
-    base_need = "never completes" if baseline is None or baseline.min_capacity is None else f"needs {fmt_size(baseline.min_capacity)}"
-    if best is not None and best.min_capacity is not None and best is not baseline and baseline is not None and (
-            baseline.min_capacity is None or best.min_capacity < baseline.min_capacity):
-        saved = "" if baseline.min_capacity is None else f", {fmt_size(baseline.min_capacity - best.min_capacity)} less than {what}"
-        lines.append(f"Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF={as_pytorch_setting(best.conf)} needs {fmt_size(best.min_capacity)}{saved} "
-                     f"({base_need}).")
-        if best.peak_reserved > baseline.peak_reserved:
-            why = (" (max_split_size_mb: a cached block above the limit is not split for a smaller request)"
-                   if "max_split_size_mb" in best.conf else "")
-            lines.append(f"  Its peak reserved ({fmt_size(best.peak_reserved)}) is above {what}'s "
-                         f"({fmt_size(baseline.peak_reserved)}) on {fmt_size(reference)}: while the card has room, "
-                         f"the allocator takes a new segment rather than release its cache, and under this setting "
-                         f"cached blocks serve fewer requests{why}, so it holds more there; on a smaller card a "
-                         f"refused segment makes it release its cache and retry, and it completes in "
-                         f"{fmt_size(best.min_capacity)}.")
-    elif baseline is not None:
-        lines.append(f"No PyTorch setting tried needs less memory than {what} ({base_need}).")
-    if stitched is not None and stitched.min_capacity is not None:
-        reference_row = best if best is not None and best.min_capacity is not None else None
-        versus = "" if reference_row is None else (
-            f", {fmt_size(reference_row.min_capacity - stitched.min_capacity)} less than the best PyTorch setting"
-            if stitched.min_capacity < reference_row.min_capacity else ", no less than the best PyTorch setting")
-        lines.append(f"With torchmem installed: TORCHMEM_ALLOC_CONF={stitched.conf} needs {fmt_size(stitched.min_capacity)}"
-                     f"{versus} (docs/stitch.md).")
-    first = rows[0]
-    if not any(r.completes for r in rows) and first.min_capacity is not None:
-        lines.append(f"None completes on {fmt_size(reference)}: the least any needs is {fmt_size(first.min_capacity)} "
-                     f"({fmt_size(first.min_capacity - reference)} more). Less must be live at the peak "
-                     "(a smaller batch, activation checkpointing), or the card must be larger.")
-    return lines

@@ -69,7 +69,7 @@ def warnings_for(report: "Report") -> list[str]:
 
 
 def format_report(report: "Report") -> str:
-    from torchmem.cli.advise import COLUMNS, verdict
+    from torchmem.replay.advise_words import COLUMNS, verdict
     from torchmem.replay.runner import fmt_size
 
     card = report.card

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-MiB = 1 << 20
+from torchmem import _C
+
 DEFAULT_CAPACITY = 80 << 30  # when nothing tells the card: an 80 GiB GPU
-SMALL_PAGE = 2 * MiB
-LARGE_PAGE = 20 * MiB
-
-
-def range_size(capacity: int, page: int) -> int:
-    """The address range PyTorch reserves for one expandable segment on a card of `capacity` bytes."""
-    reach = capacity + capacity // 8
-    return -(-reach // page) * page
+SMALL_PAGE = _C.rules.SMALL_BUFFER  # the small pool's segments and expandable pages
+LARGE_PAGE = _C.rules.LARGE_BUFFER  # the default large_segment_size
+# The address range PyTorch reserves for one expandable segment on a card of `capacity` bytes (the core's rule).
+range_size = _C.rules.expandable_range_size
+# What PyTorch asks the device for to serve a rounded request (get_allocation_size: the core's rule).
+segment_request = _C.rules.allocation_size
 
 
 def largest_capacity_within(gap: int, small_gap: int | None = None) -> int:
@@ -65,15 +64,6 @@ def expandable_capacity(ranges: Iterable[tuple[int, bool, int | None]], default:
         return None
     capacity = largest_capacity_within(large_gap, small_gap)
     return capacity or None
-
-
-def segment_request(size: int, large_segment_size: int = LARGE_PAGE) -> int:
-    """What PyTorch asks the device for to serve a rounded request of `size` bytes (get_allocation_size)."""
-    if size <= MiB:
-        return SMALL_PAGE
-    if size < 10 * MiB:
-        return large_segment_size
-    return -(-size // SMALL_PAGE) * SMALL_PAGE
 
 
 def recorded_capacity(recorded: Any) -> tuple[int, str]:

@@ -1,9 +1,10 @@
 """Fields of snapshot entries: the checks every reader of a snapshot shares."""
 from __future__ import annotations
 
+from torchmem import _C
 from torchmem.trace_types import TraceError
 
-SMALL_SEGMENT = 2 << 20  # the native allocator's small-pool segments; large ones are never this size
+SMALL_SEGMENT = _C.rules.SMALL_BUFFER  # the native allocator's small-pool segments; large ones are never this size
 LIVE_STATES = ("active_allocated", "active_pending_free")
 
 

@@ -28,10 +28,10 @@ first map into a range is at its base. Two things follow for a replay:
 """
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from torchmem import _C
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.trace_types import ALLOC, FAILED_ALLOC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from torchmem.replay.snapshot_trace import _Builder
     from torchmem.replay.start_state import StartState
 
-SMALL_REQUEST = 1 << 20  # requests up to 1 MiB use the small pool
+SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
 _ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
 
 
@@ -204,16 +204,6 @@ def run_chunk(replayer: Any, chunk: Any, offset: int, windows: list[tuple[int, i
         if replayer.stopped:
             break
     return missed
-
-
-def windows_in(windows: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    """The windows that meet events [lo, hi)."""
-    k = bisect.bisect_left([w[1] for w in windows], lo)
-    out = []
-    while k < len(windows) and windows[k][0] < hi:
-        out.append(windows[k])
-        k += 1
-    return out
 
 
 def recorded_ranges(b: _Builder, start: StartState, large_page: int) -> list[tuple[int, bool, int | None]]:

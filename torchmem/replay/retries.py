@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmem.pytorch_env import conf_value
+from torchmem import _C
 from torchmem.replay.memory_limit import conf_fraction
 from torchmem.replay.release_runs import PROGRAM, ReleaseRun
 
@@ -79,11 +79,11 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
     counts nothing. `collector_limit`: the memory fraction's limit, when
     garbage_collection_threshold acts on it.
     """
-    split = conf_value(conf, "max_split_size_mb")
-    max_split = int(split) << 20 if split is not None and split.isdigit() else None
-    threshold = _collector_threshold(conf, collector_limit)
+    settings = _C.rules.config_fields(conf or "")
+    max_split = settings["max_split_size"]
+    threshold = _collector_threshold(settings, collector_limit)
     count = 0
-    expandable = conf_value(conf, "expandable_segments") == "True"
+    expandable = settings["expandable_segments"]
     for run in retry_releases:
         before = start_reserved + run.reserved_before
         if run.origin == PROGRAM or capacity is None or before + run.new_segment <= capacity:
@@ -116,11 +116,7 @@ def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
     return falling and sum(run.sizes[:-1]) < need <= sum(run.sizes)
 
 
-def _collector_threshold(conf: str, limit: int | None) -> int | None:
-    value = conf_value(conf, "garbage_collection_threshold")
-    if value is None or limit is None:
-        return None
-    try:
-        return int(float(value) * limit)
-    except ValueError:
-        return None
+def _collector_threshold(settings: dict, limit: int | None) -> int | None:
+    """garbage_collection_threshold's bytes under a memory limit (None: no collector acts)."""
+    value = settings["garbage_collection_threshold"]
+    return int(value * limit) if value and limit is not None else None

@@ -36,9 +36,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from torchmem.replay.capacity import DEFAULT_CAPACITY, LARGE_PAGE, expandable_capacity, segment_request
+from torchmem import _C
+from torchmem.replay.capacity import DEFAULT_CAPACITY, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
-from torchmem.pytorch_env import conf_value
 from torchmem.replay.entries import int_field
 from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
 from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
@@ -145,14 +145,11 @@ def _with_fraction(conf: str | None, capacity: int | None, creations: list[tuple
 
 
 def large_segment_size(conf: str) -> int:
-    """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB)."""
-    value = conf_value(conf, "large_segment_size_mb")
-    return int(value) << 20 if value is not None and value.isdigit() else LARGE_PAGE
+    """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB), as the core reads it."""
+    return _C.rules.config_fields(conf or "")["large_segment_size"]
 
 
 def _conf_only_items(conf: Any) -> list[str]:
-    from torchmem import _C
-
     if not isinstance(conf, str):
         return []
     out = []
@@ -239,8 +236,6 @@ def _free_action(entries: list, segments: Any) -> str:
 
 def _replays_two_step_frees() -> bool:
     """Whether the loaded extension knows FREE_REQUESTED; one built before it frees at free_completed alone."""
-    from torchmem import _C
-
     return getattr(_C, "replay_op_count", 0) > FREE_REQUESTED
 
 

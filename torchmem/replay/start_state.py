@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
 from torchmem.trace_types import TraceError
 
@@ -191,7 +192,7 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     first_unmap = _first_unmaps(runs, b.maps)
     for (start, end), first in zip(runs, first_unmap):
         k = bisect.bisect_right(finals, start) - 1
-        stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % (20 << 20) != 0))
+        stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % LARGE_PAGE != 0))
         start_segments[start] = [end - start, stream, is_small, True]
     for addr, id_ in live_at_end.items():
         b.bad_entry(len(b.cols.ops), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
@@ -261,14 +262,13 @@ def _first_unmaps(runs: list[tuple[int, int]], maps: list[tuple[str, int, int, i
         k = max(0, bisect.bisect_right(starts, addr) - 1)
         while k < len(runs) and runs[k][0] < addr + size:
             if out[k] is None and addr < runs[k][1]:
-                out[k] = (stream, size % (20 << 20) != 0)
+                out[k] = (stream, size % LARGE_PAGE != 0)
                 left -= 1
             k += 1
     return out
 
 
 def _range_size(capacity: int, is_small: bool) -> int:
-    from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 
     return range_size(capacity, SMALL_PAGE if is_small else LARGE_PAGE)
 
@@ -277,8 +277,6 @@ def _fit_between(ranges: list[StartRange], capacity: int) -> None:
     """Lowers a start range's base, on its page grid, where its range (9/8 of the card) would reach the
     next start range: PyTorch's ranges never overlap, so its base lies at least that far below the next
     one's (and at or above the end of the one before; its pages mapped then stay inside it)."""
-    from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
-
     ordered = sorted(ranges, key=lambda r: r.base)
     previous_end = 0
     for r, following in zip(ordered, [*ordered[1:], None]):
@@ -314,7 +312,7 @@ def _lower_bases(ranges: list[StartRange], b: _Builder) -> None:
                 if mapped[id(owner)] <= 0:
                     live.remove(owner)
             continue
-        key = (stream, size % (20 << 20) != 0)
+        key = (stream, size % LARGE_PAGE != 0)
         if owner is not None and owner[2] == key:
             mapped[id(owner)] = mapped.get(id(owner), 0) + size
             continue
@@ -366,7 +364,7 @@ def fix_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> Non
 
     for r in list(start.ranges):
         runs_end = max(a + size for a, size in r.runs)
-        capacity = max(runs_end - r.base, sum(size for _, size in r.runs)) + (20 << 20)
+        capacity = max(runs_end - r.base, sum(size for _, size in r.runs)) + LARGE_PAGE
         probe = _C.Replayer(capacity, 0, conf)
         try:
             probe.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
@@ -382,7 +380,7 @@ def fix_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> Non
     for seg in start.segments:
         if all(size for _, size, _ in seg.blocks):
             continue
-        probe = _C.Replayer(seg.size + (2 << 20), 0, conf)
+        probe = _C.Replayer(seg.size + SMALL_PAGE, 0, conf)
         try:
             probe.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
         except ValueError as exc:

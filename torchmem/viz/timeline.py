@@ -24,8 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-MIN_BLOCK = 512
-SMALL_SIZE = 1 << 20  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
+from torchmem import _C
+
+MIN_BLOCK = _C.rules.MIN_BLOCK_SIZE
+SMALL_SIZE = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
 
 
 @dataclass
@@ -48,13 +50,6 @@ class Timeline:
     def entry(self) -> np.ndarray:
         """The trace entry of each point (-1: when recording began), as every command numbers entries."""
         return self.index - 1
-
-
-def pick_device(snapshot: dict, device: int | None = None) -> int:
-    """`device`, checked, else the device with the OOM, else the one with the most history (torchmem.snapshot_devices)."""
-    from torchmem.snapshot_devices import choose_device
-
-    return choose_device(snapshot, device).device
 
 
 def _round(size: int) -> int:

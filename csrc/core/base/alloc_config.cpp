@@ -292,4 +292,15 @@ std::string AllocatorConfig::to_string() const {
   return out.str();
 }
 
+size_t allocation_size(size_t size, size_t large_segment_size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return large_segment_size;
+  return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+size_t expandable_pages(size_t device_bytes, size_t page) {
+  const size_t reach = device_bytes + device_bytes / 8;
+  return reach / page + (reach % page != 0);
+}
+
 }  // namespace torchmem

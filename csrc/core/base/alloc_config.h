@@ -103,4 +103,15 @@ struct AllocatorConfig {
 // "80GiB", "512MB", "1.5 GB", "4096" -> bytes. Throws std::invalid_argument.
 size_t parse_size(const std::string& text);
 
+// PyTorch's get_allocation_size: what the device is asked for to serve a
+// request of `size` bytes (already rounded): a small-pool segment up to
+// kSmallSize, a large segment below kMinLargeAlloc, else the size rounded up
+// to kRoundLarge.
+size_t allocation_size(size_t size, size_t large_segment_size);
+
+// The pages of one expandable segment on a device of `device_bytes`: PyTorch
+// reserves 9/8 of the device's memory per segment (find_expandable_space),
+// rounded up to whole pages of `page` bytes.
+size_t expandable_pages(size_t device_bytes, size_t page);
+
 }  // namespace torchmem

@@ -48,14 +48,7 @@ uint64_t next_segment_rank() {
 
 constexpr size_t kMaxRequest = size_t(1) << 60;
 
-size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 size_t round_up_pow2(size_t n, size_t m) { return (n + m - 1) & ~(m - 1); }
-
-size_t allocation_size(size_t size, size_t large_segment_size) {
-  if (size <= kSmallSize) return kSmallBuffer;
-  if (size < kMinLargeAlloc) return large_segment_size;
-  return round_up(size, kRoundLarge);
-}
 
 // The next multiple of power_of_two_floor(size) / divisions at or above size.
 size_t roundup_power2_next_division(size_t size, size_t divisions) {

@@ -46,8 +46,7 @@ Block* CachingAllocator::find_expandable_space(const Request& r) {
     if (has_room(candidate)) return candidate;
   }
   const size_t page = pool.is_small ? kSmallBuffer : config_.large_segment_size;
-  const size_t reach = device_.total_bytes() + device_.total_bytes() / 8;  // as PyTorch: 9/8 of the device
-  const size_t max_pages = reach / page + (reach % page != 0);
+  const size_t max_pages = expandable_pages(device_.total_bytes(), page);
   try {
     expandable_segments_.push_back(std::make_unique<ExpandableSegment>(device_, r.stream, page, max_pages));
   } catch (const std::runtime_error&) {

@@ -108,8 +108,7 @@ void CachingAllocator::restore_segment(const RecordedSegment& seg) {
 void CachingAllocator::restore_expandable(const RecordedRange& range) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   const size_t page = range.is_small ? kSmallBuffer : config_.large_segment_size;
-  const size_t reach = device_.total_bytes() + device_.total_bytes() / 8;  // as find_expandable_space
-  const size_t max_pages = reach / page + (reach % page != 0);
+  const size_t max_pages = expandable_pages(device_.total_bytes(), page);
   const uintptr_t end = range.base + page * max_pages;
   for (size_t i = 0; i < range.mapped.size(); ++i) {
     const SegmentRange& run = range.mapped[i];
