@@ -1,5 +1,5 @@
 """preflight --world-size's plan (torchmem/preflight/world.py): a launch command read as torchrun reads it,
-the ranks checked, and the variables each rank gets. No torch needed."""
+the ranks checked, and the variables each rank gets."""
 from __future__ import annotations
 
 import pytest

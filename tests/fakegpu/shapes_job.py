@@ -12,6 +12,7 @@ x[mask] = 0  # counted: x[mask] = v
 d = x.nonzero()  # counted: .nonzero()
 e = torch.where(mask, x, 0)
 f = x[1:5]
+g2 = x.repeat_interleave(2)
 g = torch.repeat_interleave(x[:4], 2)
 h = x[torch.arange(3, device="cuda")]
 

@@ -209,7 +209,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
         raise PreflightError(f"{run_as[0]}: command not found", 127)
     returncode, captured = 0, ("", "")
     for i, rank in enumerate(world.ranks if world else [None]):
-        rank_env = full if world is None or rank is None else {**full, **world.environment(rank)}
+        rank_env = full if world is None else {**full, **world.environment(rank)}
         if world is not None and len(world.ranks) > 1:
             print(f"torchmem preflight: rank {rank} of {world.size} ({i + 1} of {len(world.ranks)} run here)",
                   file=sys.stderr, flush=True)

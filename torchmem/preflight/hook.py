@@ -213,9 +213,9 @@ def _site(depth: int = 2) -> str:
 # other sizes than on a card. Such calls are counted per line of the script:
 # the Tensor methods of READS and SHAPES; the torch functions of
 # SHAPE_FUNCTIONS (torch.where only in its one-argument form, which is
-# nonzero; repeat_interleave only with repeats on the device); and indexing
-# with a boolean mask on the device, read or written (x[mask], x[mask] = v),
-# which runs nonzero inside. MoE routing goes through these. The wrappers
+# nonzero; repeat_interleave, function or method, only with repeats on the
+# device); and indexing with a boolean mask on the device, read or written
+# (x[mask], x[mask] = v), which runs nonzero inside. MoE routing goes through these. The wrappers
 # are registered as TorchScript builtins under the wrapped op's name, so
 # scripted code that calls torch.nonzero still compiles to aten::nonzero;
 # under torch.compile they call straight through, uncounted, so Dynamo sees
@@ -254,8 +254,12 @@ def _count_reads(torch: Any) -> None:
     for attr in READS:
         wrap(torch.Tensor, attr, "bool()" if attr == "__bool__" else f"{attr.strip('_')}()" if attr.startswith("__")
              else f".{attr}()")
+    def repeats_on_device(args: tuple, kwargs: dict) -> bool:
+        """repeat_interleave(x, repeats) or x.repeat_interleave(repeats), or repeats alone as the input."""
+        return on_device(kwargs.get("repeats", args[1] if len(args) > 1 else args[0] if args else None))
+
     for attr in SHAPES:
-        wrap(torch.Tensor, attr, f".{attr}()")
+        wrap(torch.Tensor, attr, f".{attr}()", repeats_on_device if attr == "repeat_interleave" else None)
 
     def mask_in(index: Any) -> bool:
         parts = index if isinstance(index, (tuple, list)) else (index,)
@@ -267,8 +271,7 @@ def _count_reads(torch: Any) -> None:
     builtins = getattr(getattr(torch, "jit", None), "_builtins", None)
     special = {
         "where": lambda args, kwargs: len(args) == 1 and not kwargs and on_device(args[0]),
-        "repeat_interleave": lambda args, kwargs: on_device(kwargs.get("repeats", args[1] if len(args) > 1 else
-                                                                      args[0] if args else None)),
+        "repeat_interleave": repeats_on_device,
     }
     for name in SHAPE_FUNCTIONS:
         op = builtins._find_builtin(getattr(torch, name, None)) if builtins is not None else None
@@ -342,6 +345,7 @@ def _local_rendezvous(torch: Any, world: int) -> None:
     original = dist.init_process_group
     signature = inspect.signature(original)
     rank = int(os.environ.get("RANK", "0"))
+    note = f"rank {rank} of {world} ran alone: the other ranks' rendezvous and collectives were answered locally"
 
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         given = signature.bind_partial(*args, **kwargs).arguments
@@ -349,13 +353,13 @@ def _local_rendezvous(torch: Any, world: int) -> None:
         store = LocalStore()
         _state.setdefault("stores", []).append(store)  # C++ calls its Python methods only while it lives here
         given.update(store=store, rank=rank, world_size=world)
+        if note not in _state["notes"]:
+            _state["notes"].append(note)
         return original(**given)
 
     dist.init_process_group = init_process_group
     if hasattr(dist, "distributed_c10d"):
         dist.distributed_c10d.init_process_group = init_process_group
-    note = f"rank {rank} of {world} ran alone: the other ranks' rendezvous and collectives were answered locally"
-    _state["notes"].append(note)
 
 
 def _nccl_peak(device: int) -> int:

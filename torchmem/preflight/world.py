@@ -18,6 +18,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from torchmem.fakegpu import interpreter_of
+
 WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # read by hook.py: the job's world size, when some ranks are not run
 DEFAULT_PER_NODE = 8                # ranks per node when neither torchrun nor the caller says
 
@@ -129,7 +131,5 @@ def _without_launcher(command: list[str]) -> tuple[list[str], dict[str, int]]:
 
 def _interpreter(torchrun: str) -> str:
     """The Python that a torchrun script runs under (its #! line), else this one."""
-    from torchmem.fakegpu import interpreter_of
-
     found = interpreter_of([torchrun])
     return found or shutil.which("python3") or sys.executable
