@@ -35,8 +35,7 @@ def run(preset: str, card: str, advise: bool) -> tuple[float, int, dict]:
     if proc.returncode not in (0, 3):
         sys.exit(f"preflight failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    text = proc.stdout  # the script's own lines come first: the report is the last JSON object
-    return wall, peak_rss, json.loads(text[text.rindex("\n{\n") + 1 if not text.startswith("{") else 0:])
+    return wall, peak_rss, json.loads(proc.stdout)  # the script's own output went to stderr
 
 
 def main() -> None:

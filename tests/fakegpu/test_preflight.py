@@ -112,3 +112,11 @@ def test_a_named_card_takes_its_outside_memory_before_the_script_and_the_verdict
 
     bare = preflight.run(allocate, over, card=f"{l4.memory}B", advise=False)
     assert bare.fits and bare.devices[0].outside == 0
+
+
+def test_with_json_the_scripts_own_output_goes_to_stderr(tmp_path):
+    script = "import torch; print('the script speaks'); torch.empty(1, device='cuda')"
+    proc = cli("--no-advise", "--json", "--out", str(tmp_path), "--", sys.executable, "-c", script)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["fits"] is True
+    assert "the script speaks" in proc.stderr

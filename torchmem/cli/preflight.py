@@ -38,7 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-entries", type=arguments.count(1), default=None,
                    help="history entries kept per device (default: all)")
     p.add_argument("--no-advise", action="store_true", help="skip advise's table")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object; the command's own output goes to stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run, e.g. -- python train.py ARGS")
     p.set_defaults(func=run)
 
@@ -69,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
-                             max_entries=args.max_entries, world_size=args.world_size, ranks=ranks)
+                             max_entries=args.max_entries, world_size=args.world_size, ranks=ranks,
+                             stdout_to_stderr=args.json)
     except WorldError as exc:
         raise ArgumentError(str(exc)) from None
     except FakeGPUError as exc:

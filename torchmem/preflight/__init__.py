@@ -177,13 +177,17 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
                 conf: str | None = None, out: str | os.PathLike[str] | None = None, advise: bool = True,
                 max_entries: int | None = None, env: Mapping[str, str] | None = None,
                 capture_output: bool = False, timeout: float | None = None, label: str | None = None,
-                world_size: int | None = None, ranks: Sequence[int] = (0,)) -> Report:
+                world_size: int | None = None, ranks: Sequence[int] = (0,), stdout_to_stderr: bool = False) -> Report:
     """Runs a command under preflight and reads what its processes wrote.
 
     With `world_size`, only `ranks` of a job of that many ranks run, one
     process each, in turn (world.py): a torchrun launcher in `command` is read
     for its node layout and replaced, and each process sees as many devices
     as a node has.
+
+    With `stdout_to_stderr` (and no `capture_output`), the command's standard
+    output goes to this process's standard error, leaving standard output to
+    the caller (`torchmem preflight --json`).
 
     Raises PreflightError when the command cannot start, or fails for its own
     reasons (an exception other than an OOM, a non-zero exit status): its
@@ -214,8 +218,11 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
             print(f"torchmem preflight: rank {rank} of {world.size} ({i + 1} of {len(world.ranks)} run here)",
                   file=sys.stderr, flush=True)
         try:
+            redirect = _stdout_to_stderr() if stdout_to_stderr and not capture_output else {}
             proc = subprocess.run([program, *run_as[1:]], env=rank_env, capture_output=capture_output, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, **redirect)
+            if redirect.get("stdout") is subprocess.PIPE:
+                sys.stderr.write(proc.stdout)
         except subprocess.TimeoutExpired:
             raise PreflightError(f"`{shown}` did not finish in {timeout} s", 124) from None
         returncode = returncode or proc.returncode
@@ -241,6 +248,15 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     if advise:
         _advise(report)
     return report
+
+
+def _stdout_to_stderr() -> dict[str, Any]:
+    """subprocess.run's stdout for a command whose output goes to our stderr: its file, or a pipe copied there
+    afterwards when stderr has no file (a test's captured stream)."""
+    try:
+        return {"stdout": sys.stderr.fileno()}
+    except (AttributeError, OSError, ValueError):
+        return {"stdout": subprocess.PIPE}
 
 
 def _read(folder: Path) -> list[dict[str, Any]]:
