@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 
-from torchmem.pytorch_env import conf_value
+from torchmem import _C
 from torchmem.replay.capacity import segment_request
 
 
@@ -101,12 +101,13 @@ def infer_fraction(total: int | None, b: LimitBounds, configured: float | None) 
 
 
 def conf_fraction(conf: str) -> float | None:
-    """The per_process_memory_fraction of a config string, or None."""
-    value = conf_value(conf, "per_process_memory_fraction")
+    """The per_process_memory_fraction of a config string as the core reads it; None for none, or for 1 (no
+    limit, as PyTorch sets one only below 1), or for a string the core refuses."""
     try:
-        return float(value) if value is not None else None
+        fraction = _C.rules.config_fields(conf)["per_process_memory_fraction"]
     except ValueError:
         return None
+    return fraction if fraction < 1.0 else None
 
 
 def format_fraction(fraction: float) -> str:

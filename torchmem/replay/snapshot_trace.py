@@ -557,10 +557,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     ooms = [dict(o, reserved=start.reserved + o["reserved_delta"]) for o in b.ooms]
     for o in ooms:
         del o["reserved_delta"]
+    expandable = _C.rules.config_fields(conf or "")["expandable_segments"]
     if ooms:
         oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
-    elif conf and "expandable_segments:True" in conf:
+    elif expandable:
         ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
         if capacity is not None and capacity >= start.reserved + b.reserved_peak:
@@ -573,7 +574,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
                       for run in b.retry_releases]
     windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
-               if conf and "expandable_segments:True" in conf else [])  # Note [Expandable ranges in a snapshot]
+               if expandable else [])  # Note [Expandable ranges in a snapshot]
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
