@@ -69,3 +69,32 @@ def test_the_llama_example_runs_as_the_last_rank_of_two_nodes(tmp_path, compiled
     [device] = report["devices"]
     assert (device["process"], device["device"], device["fits"]) == ("rank15", 7, True)
     assert device["nccl"] > 0 and device["outside"] > device["nccl"]  # the h100's context and libraries too
+
+
+NCCL_BYTES_JOB = """
+import json, os, sys, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+t = torch.ones(4, device="cuda")
+before = torch.cuda.mem_get_info()[0]
+dist.all_reduce(t)
+after = torch.cuda.mem_get_info()[0]
+dist.all_reduce(t)  # a communicator connects once
+again = torch.cuda.mem_get_info()[0]
+print(json.dumps({"first": before - after, "second": after - again}), file=sys.stderr)
+dist.destroy_process_group()
+"""
+
+
+def test_nccls_buffers_follow_its_own_settings(tmp_path):
+    """NCCL_MIN_NCHANNELS and NCCL_BUFFSIZE size the stand-in's buffers as they size NCCL's: 4 channels of 2
+    connections, each with a 1 MiB Simple buffer, LL's 8*512*8*16 B and LL128's 120*640*8*8 B (src/init.cc).
+    The device's free memory drops by that, in whole 2 MiB pages, as cudaMalloc takes it."""
+    env = dict(os.environ, PYTHONPATH=ROOT, NCCL_MIN_NCHANNELS="4", NCCL_BUFFSIZE=str(1 << 20))
+    report = preflight.run_command([sys.executable, "-c", NCCL_BYTES_JOB], "h100", out=tmp_path, advise=False,
+                                   capture_output=True, env=env, world_size=8)
+    measured = json.loads(report.captured[1].strip().splitlines()[-1])
+    expected = 4 * 2 * ((1 << 20) + 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8)
+    page = 2 << 20
+    assert measured == {"first": -(-expected // page) * page, "second": 0}
+    assert [d.nccl for d in report.devices] == [expected]
