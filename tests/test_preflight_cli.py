@@ -27,6 +27,7 @@ def preflight(capsys, *args: str) -> SimpleNamespace:
     (["--conf", "expandable_segments:maybe", "--", "python", "x.py"], "expandable_segments"),
     (["--conf", "policy:stitch", "--", "python", "x.py"], "PYTORCH_CUDA_ALLOC_CONF settings only"),
     (["--ranks", "3", "--", "python", "x.py"], "--ranks needs --world-size"),
+    (["--world-size", "8", "--devices", "2", "--", "python", "x.py"], "--devices does not go with --world-size"),
     (["--world-size", "0", "--", "python", "x.py"], "must be 1 or more"),
     (["--world-size", "64", "--ranks", "64", "--", "python", "x.py"], "rank 64 is not in a world of 64"),
     (["--world-size", "64", "--ranks", "0,x", "--", "python", "x.py"], "give ranks as 0, 0,7,63 or 0-7"),

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(str(exc)) from None
     if args.world_size is None and args.ranks != "0":
         raise ArgumentError("--ranks needs --world-size")
+    if args.world_size is not None and args.devices != 1:
+        raise ArgumentError("--devices does not go with --world-size: each rank sees as many devices as a node has")
     sys.stdout.flush()
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,

@@ -13,7 +13,8 @@ CUDNN = ("cuDNN is off (torch.backends.cudnn.enabled = False; the fake GPU has n
          "batch norm and RNNs take PyTorch's own CUDA kernels, whose buffers (im2col columns in slow_conv2d, for "
          "one) differ from cuDNN's workspaces, so a model with them reserves differently than on a real card.")
 NCCL = ("NCCL's own buffers count outside the allocator: {size} per device. That is an estimate from NCCL's default "
-        "buffer sizes and 16 channels per communicator, not a figure measured on a card (fakegpu/nccl/nccl.c).")
+        "buffer sizes and 16 channels per communicator (or NCCL's own settings), not a figure measured on a card "
+        "(fakegpu/nccl/nccl.c).")
 RULE = ("A run fits when its peak reserved plus the memory outside PyTorch's allocator (CUDA context, libraries) "
         "stays within the card's total_memory.")
 
