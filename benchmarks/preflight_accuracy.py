@@ -93,8 +93,7 @@ def main() -> int:
     parser.add_argument("--workloads", nargs="+", default=DEFAULT)
     parser.add_argument("--rehearse", action="store_true", help="no GPU: the 'real' side runs on the fake GPU too")
     args = parser.parse_args()
-    from torchmem import fakegpu, preflight
-    from torchmem.fakegpu import Card
+    from torchmem import fakegpu
 
     try:
         import transformers  # noqa: F401
@@ -110,32 +109,50 @@ def main() -> int:
         real_env = fakegpu.environment("80GiB", base=real_env)
     rows = []
     for kind in args.workloads:
-        real_snapshot = out / f"real_{kind}.pickle"
-        real = run_real(kind, real_snapshot, real_env)
-        card = Card(f"preflight of the real card ({real['capability']})", real["total"], real["capability"])
-        report = preflight.run_command([sys.executable, "-c", CHILD.format(root=str(ROOT)), kind, "-"], card,
-                                       out=out / f"preflight_{kind}", advise=False, capture_output=True,
-                                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        [fake] = report.devices
-        with open(real_snapshot, "rb") as f:
-            a = pickle.load(f)
-        with open(fake.snapshot, "rb") as f:
-            b = pickle.load(f)
-        share, n_real, n_fake = same_offset_share(a, b)
-        rows.append({"workload": kind, "real_peak_allocated": real["peak_allocated"],
-                     "preflight_peak_allocated": fake.peak_allocated, "real_peak_reserved": real["peak_reserved"],
-                     "preflight_peak_reserved": fake.peak_reserved, "same_offset_share": share,
-                     "allocations_real": n_real, "allocations_preflight": n_fake, "rehearsal": args.rehearse})
+        print(f"preflight_accuracy: {kind}", file=sys.stderr, flush=True)
+        try:
+            rows.append(compare(kind, out, real_env, args.rehearse))
+        except Exception as e:  # one workload's failure is a row of the table; the others still run
+            rows.append({"workload": kind, "error": f"{type(e).__name__}: {str(e)[-600:]}"})
     (out / "preflight_accuracy.json").write_text(json.dumps(rows, indent=2))
     lines = ["| workload | peak allocated real / preflight | peak reserved real / preflight | same offset in segment |",
              "| --- | --- | --- | --- |"]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['workload']} | failed: {r['error'].splitlines()[0][:200]} | | |")
+            continue
         lines.append(f"| {r['workload']} | {r['real_peak_allocated']:,} / {r['preflight_peak_allocated']:,} | "
                      f"{r['real_peak_reserved']:,} / {r['preflight_peak_reserved']:,} | "
                      f"{r['same_offset_share']:.1%} of {max(r['allocations_real'], r['allocations_preflight']):,} |")
     (out / "preflight_accuracy.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0
+    for r in rows:
+        if "error" in r:
+            print(f"{r['workload']}: {r['error']}", file=sys.stderr)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+def compare(kind: str, out: Path, real_env: dict[str, str], rehearsal: bool) -> dict[str, Any]:
+    """One workload on the card (or the fake GPU, rehearsing) and under preflight: the table's row."""
+    from torchmem import preflight
+    from torchmem.fakegpu import Card
+
+    real_snapshot = out / f"real_{kind}.pickle"
+    real = run_real(kind, real_snapshot, real_env)
+    card = Card(f"preflight of the real card ({real['capability']})", real["total"], real["capability"])
+    report = preflight.run_command([sys.executable, "-c", CHILD.format(root=str(ROOT)), kind, "-"], card,
+                                   out=out / f"preflight_{kind}", advise=False, capture_output=True,
+                                   env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    [fake] = report.devices
+    with open(real_snapshot, "rb") as f:
+        a = pickle.load(f)
+    with open(fake.snapshot, "rb") as f:
+        b = pickle.load(f)
+    share, n_real, n_fake = same_offset_share(a, b)
+    return {"workload": kind, "real_peak_allocated": real["peak_allocated"],
+            "preflight_peak_allocated": fake.peak_allocated, "real_peak_reserved": real["peak_reserved"],
+            "preflight_peak_reserved": fake.peak_reserved, "same_offset_share": share,
+            "allocations_real": n_real, "allocations_preflight": n_fake, "rehearsal": rehearsal}
 
 
 if __name__ == "__main__":

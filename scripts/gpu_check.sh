@@ -133,6 +133,10 @@ finish() {
   echo "[gpu_check $(($(date +%s) - START))s] $*" | tee -a "$SUMMARY"
 }
 
+# The benchmarks run as scripts from benchmarks/: torchmem (built in place, or
+# loaded through TORCHMEM_EXT_DIR) comes from the tree.
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+
 # --- the fake GPU (FAKEGPU=1) ---------------------------------------------------
 # Its libraries and torchmem's build for this torch, outside the tree; then
 # the fake runtime's environment for every later command.
@@ -149,7 +153,6 @@ if [ "$FAKEGPU" = 1 ]; then
   export TORCHMEM_EXT_DIR=$FAKEGPU_BUILD/lib/torchmem
   export TORCHMEM_FAKEGPU_LOG=$LOGS/fakegpu_unimplemented.log
   export TORCHMEM_FAKEGPU_REQUIRED=1
-  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
   fake_env=$("$PY" -c '
 import shlex
 from torchmem.fakegpu import environment
@@ -316,7 +319,7 @@ stage stitch 45 "$PY" benchmarks/bench_stitch_cuda.py --out "$LOGS/stitch" &&
 # and compute capability): peaks and the share of allocations at the same offset (docs/preflight.md).
 pf_args=(--out "$LOGS/preflight")
 [ "$FAKEGPU" = 1 ] || [ "${REHEARSE:-0}" = 1 ] && pf_args+=(--rehearse)
-stage preflight 100 bash -c "make -s fakegpu PYTHON='$PY' >/dev/null && '$PY' benchmarks/preflight_accuracy.py ${pf_args[*]}" &&
+stage preflight 150 bash -c "make -s fakegpu PYTHON='$PY' >/dev/null && '$PY' benchmarks/preflight_accuracy.py ${pf_args[*]}" &&
   [ -f "$LOGS/preflight/preflight_accuracy.md" ] && emit <"$LOGS/preflight/preflight_accuracy.md" &&
   cp "$LOGS/preflight/preflight_accuracy.md" "$LOGS/preflight/preflight_accuracy.json" "$OUT/" 2>/dev/null
 

@@ -245,6 +245,15 @@ def test_graphs_captured_into_a_mem_pool():
 RECORD_STREAM_CHILD = """
 side = torch.cuda.Stream()
 main = torch.cuda.current_stream()
+# Warm-up: on a GPU the first launch of a kernel loads its module, which can outlast the sleep
+# that holds the side stream; the first run below would then find the write already done.
+w = filled(256, 0.0)
+hold(side)
+with torch.cuda.stream(side):
+    w.fill_(1.0)
+release(side)
+torch.cuda.synchronize()
+del w
 race = []
 for n in (256, 1 << 18, 1 << 22):                    # 1 KiB (small pool), 1 MiB, 16 MiB of float32
     for _ in range(3):

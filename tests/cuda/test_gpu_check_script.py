@@ -58,10 +58,17 @@ def run_script(tmp_path, **env):
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
+    # A stand-in for make too: the preflight stage builds the fake GPU's libraries, which a fresh
+    # checkout does not have and which the stand-in python cannot generate.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "make").write_text('#!/usr/bin/env bash\necho "make $*" >> "$FAKE_LOG"\n')
+    (bin_dir / "make").chmod(0o755)
     out = tmp_path / "out"
     # The script's own settings are not inherited (these tests also run inside a gpu_check.sh run).
     inherited = {k: v for k, v in os.environ.items() if k not in SCRIPT_SETTINGS}
-    full_env = dict(inherited, PYTHON=str(fake), OUT=str(out), FAKE_LOG=str(tmp_path / "calls.log"), **env)
+    full_env = dict(inherited, PYTHON=str(fake), OUT=str(out), FAKE_LOG=str(tmp_path / "calls.log"),
+                    PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", **env)
     proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, env=full_env, timeout=120)
     calls = (tmp_path / "calls.log").read_text() if (tmp_path / "calls.log").exists() else ""
     return proc, out, calls
@@ -111,10 +118,9 @@ def archived(out: pathlib.Path) -> set[str]:
 def test_stages_run_in_order_and_failures_are_counted(tmp_path):
     proc, out, calls = run_script(tmp_path, FAKE_GPU="0")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the test stage failed, the rest passed
-    order = [c for c in ("setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "test_cuda_pressure.py",
-                         "bench_cuda.py") if c in calls]
-    assert order == ["setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "test_cuda_pressure.py",
-                     "bench_cuda.py"]
+    stages = ["setup.py build_ext --inplace", "cuda_glue_built", "-m pytest", "test_cuda_pressure.py",
+              "make -s fakegpu", "preflight_accuracy.py", "bench_cuda.py"]
+    assert sorted((calls.index(c) for c in stages if c in calls)) == [calls.index(c) for c in stages]
     assert calls.index("setup.py") < calls.index("-m pytest") < calls.index("bench_cuda.py")
     tests_call = next(line for line in calls.splitlines() if "-m pytest" in line and "--ignore" in line)
     assert "--ignore=tests/cuda/test_cuda_pressure.py" in tests_call and "-n 6" in tests_call
