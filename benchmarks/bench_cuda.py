@@ -263,6 +263,7 @@ def replay_comparison(history: list[dict]) -> list[dict]:
         import pickle
 
         from torchmem import sim
+        from torchmem.snapshot import block_state
     except Exception as e:  # a build without the replayer, or without numpy
         return [{"error": f"replay unavailable: {type(e).__name__}: {e}"}]
     rows = []
@@ -281,8 +282,7 @@ def replay_comparison(history: list[dict]) -> list[dict]:
 
             def layout(segments: list[dict]) -> list:
                 return sorted((s["address"], s["total_size"], tuple(
-                    (b["address"], b["size"], b["allocated"] if "allocated" in b else b["state"] != "inactive")
-                    for b in s["blocks"])) for s in segments)
+                    (b["address"], b["size"], block_state(b)) for b in s["blocks"])) for s in segments)
 
             fidelity = result.fidelity or {}
             row.update(

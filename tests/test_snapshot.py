@@ -347,3 +347,31 @@ def test_device_index_places_traces():
     assert [len(t) > 0 for t in snap["device_traces"]] == [False, False, True]
     assert {s["device"] for s in snap["segments"]} == {2}
     assert timeline(snap).device == 2 and timeline(snap).reserved[-1] == totals(snap)["reserved"]
+
+
+def test_a_replayed_pending_free_reads_as_the_snapshot_names_it(tmp_path):
+    """A free still waiting for another stream's work when the snapshot was taken: PyTorch calls the block
+    active_pending_free, the replay says active but not allocated; block_state names both alike."""
+    from torchmem.snapshot import block_state
+
+    base = 0x7F0000000000  # an address a card hands out
+    entries = [
+        {"action": "segment_alloc", "addr": base, "size": 2 * MiB, "stream": 0, "time_us": 1, "context": 0},
+        {"action": "alloc", "addr": base, "size": 512, "stream": 0, "time_us": 2, "context": 0},
+        {"action": "alloc", "addr": base + 512, "size": 1024, "stream": 0, "time_us": 3, "context": 0},
+        {"action": "free_requested", "addr": base, "size": 512, "stream": 0, "time_us": 4, "context": 0},
+        {"action": "free_requested", "addr": base + 512, "size": 1024, "stream": 0, "time_us": 5, "context": 0},
+        {"action": "free_completed", "addr": base + 512, "size": 1024, "stream": 0, "time_us": 6, "context": 0},
+    ]
+    segments = [{"address": base, "total_size": 2 * MiB, "stream": 0, "segment_type": "small", "allocated_size": 512,
+                 "requested_size": 512, "is_expandable": False,
+                 "blocks": [{"address": base, "size": 512, "requested_size": 512, "allocated": True, "mapped": True},
+                            {"address": base + 512, "size": 2 * MiB - 512, "requested_size": 0, "allocated": False,
+                             "mapped": True}]}]
+    snap = build_snapshot(segments, entries)
+    path = tmp_path / "pending.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    replayed = sim.replay(str(path), capacity=64 * MiB)
+    recorded = [[(b["address"], block_state(b)) for b in s["blocks"]] for s in snap["segments"]]
+    assert [[(b["address"], block_state(b)) for b in s["blocks"]] for s in replayed.segments] == recorded
+    assert recorded == [[(base, "active_pending_free"), (base + 512, "inactive")]]

@@ -29,6 +29,7 @@ from torchmem.devices import caching_allocator, device_name
 from torchmem.trace_types import SNAPSHOT_ACTIONS, TraceError
 
 __all__ = [
+    "block_state",
     "dump_snapshot",
     "load",
     "memory_snapshot",
@@ -38,6 +39,16 @@ __all__ = [
 ]
 
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
+
+
+def block_state(block: dict[str, Any]) -> str:
+    """A block's state as PyTorch's snapshots name it, from a snapshot's block or a replay's
+    (which says allocated and active: active but not allocated is a free awaiting its streams)."""
+    if "allocated" not in block:
+        return block["state"]
+    if block["allocated"]:
+        return "active_allocated"
+    return "active_pending_free" if block.get("active") else "inactive"
 DEFAULT_MAX_ENTRIES = 100_000
 
 # What record_memory_history() last set, per device ("cpu", 0) / ("cuda", N).

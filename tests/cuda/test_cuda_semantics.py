@@ -370,10 +370,11 @@ def replay_problems(path, capacity: int, peaks: list | None = None, conf: str | 
     with open(path, "rb") as f:
         snapshot = pickle.load(f)
 
+    from torchmem.snapshot import block_state
+
     def layout(segments):
         return sorted((s["address"], s["total_size"], tuple(
-            (b["address"], b["size"], b["allocated"] if "allocated" in b else b["state"] != "inactive")
-            for b in s["blocks"])) for s in segments)
+            (b["address"], b["size"], block_state(b)) for b in s["blocks"])) for s in segments)
 
     recorded_layout = layout([s for s in snapshot["segments"] if s.get("device", 0) == 0])
     if layout(replayed.segments) != recorded_layout:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from torchmem import fakegpu
+from torchmem.snapshot import block_state
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -203,15 +204,8 @@ def _entries(trace: Iterable[dict]) -> list[tuple]:
             for e in trace if e["action"] in TRACE_ACTIONS]
 
 
-def _state(block: dict) -> str:
-    """A block's state as PyTorch's snapshots name it (torchmem's segments say allocated and active)."""
-    if "allocated" not in block:
-        return block["state"]
-    return "active_allocated" if block["allocated"] else "active_pending_free" if block.get("active") else "inactive"
-
-
 def _layout(segments: Iterable[dict]) -> list[tuple]:
-    return sorted((s["address"], s["total_size"], tuple((b["address"], b["size"], _state(b)) for b in s["blocks"]))
+    return sorted((s["address"], s["total_size"], tuple((b["address"], b["size"], block_state(b)) for b in s["blocks"]))
                   for s in segments)
 
 
