@@ -28,6 +28,7 @@ kernels are skipped, so a step's time is the CPU's: PyTorch's dispatch and the
 allocator, native's or torchmem's. gpt2 needs cuBLAS and is left out there.
 
     python benchmarks/bench_cuda.py --out out/bench_cuda        # all, about 2 minutes on an H200
+    python benchmarks/bench_cuda.py --replay bench_cuda.json DIR  # replay an earlier run's histories, no GPU
     python benchmarks/bench_cuda.py --child gpt2 native --json r.json   # one run
 """
 from __future__ import annotations
@@ -307,6 +308,19 @@ def replay_comparison(history: list[dict]) -> list[dict]:
     return rows
 
 
+def earlier_history(results_json: str, snapshot_dir: str) -> list[dict]:
+    """An earlier run's recorded native runs, their snapshots looked up in `snapshot_dir` by name."""
+    with open(results_json) as f:
+        history = json.load(f)["native_history"]
+    runs = []
+    for run in history:
+        if "snapshot" in run:
+            path = os.path.join(snapshot_dir, os.path.basename(run["snapshot"]))
+            if os.path.exists(path):
+                runs.append(dict(run, snapshot=path))
+    return runs
+
+
 def replay_table(rows: list[dict]) -> str:
     lines = [
         "",
@@ -403,7 +417,13 @@ def main() -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="a step's time: wall, or the thread's CPU time (default: cpu on the fake GPU, else wall)")
     p.add_argument("--no-history", action="store_true", help="skip the recorded native runs and their replays")
+    p.add_argument("--replay", nargs=2, metavar=("RESULTS_JSON", "SNAPSHOT_DIR"),
+                   help="only replay the native histories of an earlier run (its bench_cuda.json, its snapshots)")
     args = p.parse_args()
+
+    if args.replay:
+        print(replay_table(replay_comparison(earlier_history(*args.replay))))
+        return 0
 
     if args.clock:
         os.environ["TORCHMEM_BENCH_CLOCK"] = args.clock  # the children read it

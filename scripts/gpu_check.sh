@@ -7,7 +7,7 @@
 # benchmark (benchmarks/bench_cuda.py: native vs torchmem, alternating), with
 # policy:stitch's page maps timed first (benchmarks/bench_stitch_cuda.py).
 #
-#   OUT=/some/dir bash scripts/gpu_check.sh       # estimated 6 minutes on an H200 (not run on one yet)
+#   OUT=/some/dir bash scripts/gpu_check.sh       # 6.5 minutes on an H200 (BENCHMARKS.md, "Real GPU")
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
 #   REHEARSE=1 PYTHON=/venv/with/cuda/torch/bin/python bash scripts/gpu_check.sh
 #                                                 # no GPU, but every stage runs (GPU tests skip)

@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import os
+import pathlib
 import pickle
 import sys
 import textwrap
@@ -383,6 +384,24 @@ def test_bench_replay_comparison_on_a_recorded_history(recorded_snapshot):
     assert row["exact"] and row["final_layout_match"] and row["peaks_match"] and row["segments_match"]
     table = bench.replay_table([row, {"workload": "gpt2", "error": "boom"}])
     assert "(exact)" in table and "| match |" in table and "| gpt2 | boom |" in table
+
+
+def test_bench_replays_an_earlier_runs_histories(recorded_snapshot, tmp_path):
+    """--replay RESULTS_JSON DIR: the histories a GPU run kept, replayed where no GPU is; looked up by name."""
+    bench = importlib.import_module("bench_cuda")
+    replayed = test_cuda_semantics.sim.replay(str(recorded_snapshot), capacity=4 * GiB)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "demo_native_snapshot.pickle").write_bytes(pathlib.Path(recorded_snapshot).read_bytes())
+    results = tmp_path / "bench_cuda.json"
+    results.write_text(json.dumps({"native_history": [
+        {"workload": "demo", "snapshot": "/elsewhere/demo_native_snapshot.pickle", "gpu_total_bytes": 4 * GiB,
+         "peak_allocated": replayed.peak_allocated, "peak_reserved": replayed.peak_reserved},
+        {"workload": "lost", "snapshot": "/elsewhere/lost_native_snapshot.pickle", "gpu_total_bytes": 4 * GiB}]}))
+    runs = bench.earlier_history(str(results), str(kept))
+    assert [(r["workload"], r["snapshot"]) for r in runs] == [("demo", str(kept / "demo_native_snapshot.pickle"))]
+    (row,) = bench.replay_comparison(runs)
+    assert row["exact"] and row["final_layout_match"] and row["peaks_match"], row
 
 
 def test_bench_gpt2_model_trains_on_the_cpu():
