@@ -120,3 +120,20 @@ def test_with_json_the_scripts_own_output_goes_to_stderr(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["fits"] is True
     assert "the script speaks" in proc.stderr
+
+
+RANK_WITH_A_CHILD = """
+import subprocess, sys, torch
+x = torch.ones(1 << 20, device="cuda")  # 4 MiB: the rank's own
+subprocess.run([sys.executable, "-c", "import torch; torch.ones(1 << 10, device='cuda')"], check=True)
+"""
+
+
+def test_a_child_of_a_rank_does_not_replace_the_ranks_report(tmp_path):
+    """A process the rank spawns inherits RANK (inductor's compile workers do); it reports under a name of its own
+    (Note [One report per rank])."""
+    report = preflight.run_command([sys.executable, "-c", RANK_WITH_A_CHILD], "h100", out=tmp_path, advise=False,
+                                   capture_output=True, env=dict(os.environ, RANK="3"))
+    by_name = {d.process: d.peak_allocated for d in report.devices}
+    children = [n for n in by_name if n.startswith("rank3-pid")]
+    assert by_name["rank3"] == 4 << 20 and len(children) == 1 and by_name[children[0]] == 4 << 10, by_name

@@ -61,9 +61,22 @@ SHAPE_FUNCTIONS = ("nonzero", "argwhere", "masked_select", "bincount", "unique_c
                    "where")
 
 
+OWNER = "TORCHMEM_PREFLIGHT_RANK_OWNER"
+
+
+# Note [One report per rank]
+# A rank's children inherit its environment, RANK included: inductor's compile
+# workers, DataLoader workers, anything the script spawns. Each runs this hook
+# too, and one that writes rank{RANK}.json replaces the rank's own report. So
+# the first hooked process of a rank claims the name (OWNER, inherited by its
+# children), and a child of the same rank reports as rank{RANK}-pid{PID}.
+
 def name() -> str:
     rank = os.environ.get("RANK")
-    return f"rank{rank}" if rank is not None and rank.isdigit() else f"pid{os.getpid()}"
+    if rank is None or not rank.isdigit():
+        return f"pid{os.getpid()}"
+    owner = os.environ.setdefault(OWNER, f"{rank}:{os.getpid()}")
+    return f"rank{rank}" if owner == f"{rank}:{os.getpid()}" else f"rank{rank}-pid{os.getpid()}"
 
 
 def install() -> None:
@@ -104,6 +117,7 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
 
 
 def _on_torch(torch: Any) -> None:
+    name()  # claims this rank's report before the script can spawn children (Note [One report per rank])
     if torch.version.cuda is None:
         _state["notes"].append(f"torch {torch.__version__} is not a CUDA build: nothing was recorded")
         return
