@@ -8,7 +8,14 @@ intermediates a fused kernel does not need.
 """
 from __future__ import annotations
 
+import os
+import sys
+
+import torch
 from helpers import MiB, run_json
+
+from torchmem import preflight
+from torchmem.preflight.hook import history_context
 
 
 def compile_env(tmp_path) -> dict[str, str]:
@@ -114,3 +121,38 @@ def test_autotuning_and_cuda_graphs_complete(tmp_path):
     got = run_json(MODES, env=compile_env(tmp_path), timeout=600)
     assert got["timed"] > 0  # autotuning timed its candidates (Note [Elapsed time on the fake GPU])
     assert any(pool != [0, 0] for pool in got["pools"]), got["pools"]  # the CUDA graph tree's private pool
+
+
+RECOMPUTED_UNDER_CHECKPOINT = r"""
+import torch
+from torch.utils.checkpoint import checkpoint
+
+lin = torch.nn.Linear(64, 64, device="cuda")
+
+@torch.compile(fullgraph=True)
+def scatter_back(h, order):
+    out = torch.empty_like(h)
+    out[order] = h
+    return out * 2
+
+def block(x):
+    h = lin(x)
+    return x + scatter_back(h, torch.arange(h.shape[0], device=h.device).flip(0))
+
+x = torch.randn(8, 64, device="cuda", requires_grad=True)
+checkpoint(block, x, use_reentrant=False).sum().backward()
+torch.cuda.synchronize()
+"""
+
+
+def test_a_compiled_function_recomputed_under_checkpointing_runs_under_preflight(tmp_path):
+    """torch 2.11.0 fails this recompute while the history records stacks at frees (Note [Frees recorded without
+    stacks]); preflight records so that it runs, on every torch of the tiers."""
+    report = preflight.run_command([sys.executable, "-c", RECOMPUTED_UNDER_CHECKPOINT], "h100", out=tmp_path / "out",
+                                   advise=False, capture_output=True,
+                                   env=dict(os.environ, **compile_env(tmp_path)))
+    assert report.fits, report.to_json()
+    without_stacks = [n for p in report.processes for n in p.get("notes", []) if "without their stacks" in n]
+    assert bool(without_stacks) == (history_context(torch.__version__) == "alloc")
+    assert [history_context(v) for v in ("2.10.0+cu128", "2.11.0+cu130", "2.13.0", "2.14.1+cu130")] == \
+        ["all", "alloc", "alloc", "all"]

@@ -122,7 +122,11 @@ def _on_torch(torch: Any) -> None:
         _state["notes"].append(f"torch {torch.__version__} is not a CUDA build: nothing was recorded")
         return
     entries = int(os.environ.get(MAX_ENTRIES) or sys.maxsize)
-    torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+    context = history_context(torch.__version__)
+    torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python", context=context)
+    if context != "all":
+        _state["notes"].append(f"frees were recorded without their stacks: torch {torch.__version__} fails "
+                               "compiled code under activation checkpointing when they are (PyTorch issue 179536)")
     _honour_script_rings(torch)
     torch.backends.cudnn.enabled = False
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
@@ -134,6 +138,23 @@ def _on_torch(torch: Any) -> None:
     if outside > 0:
         torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
     atexit.register(_at_exit)
+
+
+# Note [Frees recorded without stacks]
+# On torch 2.11.0, a compiled function recomputed under activation
+# checkpointing fails with "SystemError: <built-in method apply of
+# FunctionMeta> returned NULL without setting an exception" while the history
+# records a stack at every free (context="all", the default): PyTorch issue
+# 179536, a regression from 2.10. Stacks at allocations only
+# (context="alloc") run. So on the releases from 2.11 up to 2.13 preflight
+# records "alloc": allocations, segments and OOMs keep their stacks, frees
+# carry none. Seen on 2.11.0 (tests/fakegpu/test_compile.py); 2.14.1 records
+# "all" and runs; 2.12 and 2.13 were not tried.
+
+def history_context(version: str) -> str:
+    """The `context` preflight records the history with on this torch (Note [Frees recorded without stacks])."""
+    major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
+    return "alloc" if (2, 11) <= (major, minor) < (2, 14) else "all"
 
 
 # Note [A script's own max_entries]
