@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from torchmem.sizes import fmt_size, size_reading
+
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
@@ -38,7 +40,6 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
     from torchmem.replay import advise, candidates, load_trace
-    from torchmem.replay.runner import fmt_size, size_reading
     from torchmem.replay.advise_words import COLUMNS, verdict
 
     from torchmem.progress import activity

@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any, Callable, NoReturn
 
+from torchmem.sizes import parse_bytes
 from torchmem.traces import ArgumentError
 
 
@@ -47,8 +48,6 @@ def size(what: str, allow_zero: bool = False) -> Callable[[str], str]:
     """An option holding a size such as 80GiB: checked here, passed on as given."""
 
     def check(text: str) -> str:
-        from torchmem.replay.runner import parse_bytes
-
         try:
             parse_bytes(text, what, allow_zero=allow_zero)
         except (ValueError, TypeError) as exc:

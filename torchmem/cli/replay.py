@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from torchmem.sizes import fmt_size, size_reading
+
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
@@ -38,8 +40,6 @@ def register(subparsers) -> None:
 
 def describe(result, trace, path: str, given_capacity: str | None = None) -> str:
     """What was rebuilt, what was assumed, how closely the recording was followed."""
-    from torchmem.replay.runner import fmt_size, size_reading
-
     lines = []
     rec = result.recorded
     if rec is not None:
@@ -118,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
     from torchmem import sim
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
-    from torchmem.replay.runner import size_reading
     from torchmem.traces import load_trace
 
     from torchmem.progress import activity
