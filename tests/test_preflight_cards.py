@@ -11,6 +11,7 @@ from torchmem.fakegpu import cards
 from torchmem.fakegpu.cards import ALIASES, CARDS, card
 from torchmem.preflight import Report, verdict
 from torchmem.preflight.report import format_report, warnings_for
+from torchmem.sizes import parse_bytes
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -53,6 +54,18 @@ def test_a_bare_size_assumes_nothing_outside_the_allocator():
     assert bare.memory == 80 * GiB and bare.outside is None and bare.key is None
     assert bare.outside_bytes == 0 and bare.usable == 80 * GiB
     assert card(24 * GiB).outside is None
+
+
+@pytest.mark.parametrize("spec, size", [("80GiB", 80 << 30), ("24GB", 24 * 10**9), ("1.5GiB", 3 << 29),
+                                        (" 512 MiB ", 512 << 20), ("80G", 80 << 30)])
+def test_a_card_size_reads_as_every_other_size_does(spec, size):
+    """One parser of sizes (torchmem.sizes.parse_bytes): a card takes what --capacity takes."""
+    assert card(spec).memory == size == parse_bytes(spec)
+
+
+def test_a_card_size_without_a_unit_says_which_units_it_could_be():
+    with pytest.raises(ValueError, match=r"card size '80': no unit: write 80GiB .* or 80B \(bytes\), or a card: "):
+        card("80")
 
 
 @pytest.mark.parametrize("spec", ["h300", "", "80", "eighty GiB"])

@@ -69,8 +69,9 @@ from the device, fakegpu/nccl/nccl.c). Not counted anywhere: cuDNN's modules
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from torchmem.sizes import parse_bytes
 
 MiB = 1 << 20
 
@@ -151,9 +152,6 @@ ALIASES: dict[str, str] = {
     "tesla-t4": "t4",
 }
 
-_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*$")
 
 
 def names() -> list[str]:
@@ -162,15 +160,17 @@ def names() -> list[str]:
 
 
 def parse_memory(text: str) -> int:
-    """Bytes from "80GiB", "24GB" (10**9), "512MiB"; a unit is required."""
-    match = _SIZE.match(text)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ValueError(f"card size {text!r}: give a number with a unit (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB), "
-                         f"or a card: {', '.join(sorted(CARDS))}")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    """Bytes from "80GiB", "24GB" (10**9), "512MiB", read by torchmem.sizes.parse_bytes; a unit is required."""
+    try:
+        value = parse_bytes(text, "card size")
+    except ValueError as exc:
+        message = str(exc)
+        reason = (f"no unit: {message.split(' has no unit: ', 1)[1]}" if " has no unit: " in message
+                  else "give a number with a unit (B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)")
+        raise ValueError(f"card size {text!r}: {reason}, or a card: {', '.join(sorted(CARDS))}") from None
     if value < 2 << 20:
         raise ValueError(f"card size {text!r}: at least 2MiB")
-    return int(value)
+    return value
 
 
 def lookup(name: str) -> Card | None:
