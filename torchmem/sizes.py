@@ -12,14 +12,16 @@ def gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def fmt_size(n: int | float) -> str:
-    """A size in the unit that fits it, two decimals: 512 -> '512 B', 3 << 20 -> '3.00 MiB', 21.3 GiB -> '21.30 GiB'."""
+def fmt_size(n: int | float, decimals: int = 2) -> str:
+    """A size in the unit that fits it: 512 -> '512 B', 3 << 20 -> '3.00 MiB', 21.3 GiB -> '21.30 GiB'.
+
+    The commands' messages take two decimals; the statistics table and the pictures take one ('1.5 KiB')."""
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(value) < 1024:
-            return f"{int(n):,} B" if unit == "B" else f"{value:.2f} {unit}"
+            return f"{int(n):,} B" if unit == "B" else f"{value:.{decimals}f} {unit}"
         value /= 1024
-    return f"{value:.2f} TiB"
+    return f"{value:.{decimals}f} TiB"
 
 
 def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = False) -> int:

@@ -4,20 +4,14 @@ from __future__ import annotations
 from typing import Any
 
 from torchmem.memory import memory_stats
+from torchmem.sizes import fmt_size
 
 WIDTH = 75
 
 
 def format_bytes(n: int) -> str:
-    """Human-readable bytes: 0 B, 512 B, 1.5 KiB, 20.0 MiB, 1.2 GiB."""
-    n = int(n)
-    sign = "-" if n < 0 else ""
-    value = float(abs(n))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{sign}{int(value)} {unit}" if unit == "B" else f"{sign}{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """The table's sizes: one decimal ('1.5 KiB')."""
+    return fmt_size(n, 1)
 
 
 def format_count(n: int) -> str:

@@ -17,7 +17,8 @@ from torchmem.snapshot_devices import choose_device, device_segments
 from torchmem.viz.png import COLORS
 from torchmem.viz.ranks import user_frames
 from torchmem.viz.timeline import Timeline, timeline
-from torchmem.viz.totals import fmt_bytes, totals
+from torchmem.sizes import fmt_size
+from torchmem.viz.totals import totals
 
 MAX_POINTS = 1500
 MAX_SEGMENTS = 60
@@ -89,7 +90,7 @@ def _settings_text(settings: dict) -> str:
     parts = []
     for key, value in settings.items():
         if key in ("capacity", "in_use_by_others") and isinstance(value, int):
-            value = fmt_bytes(value)
+            value = fmt_size(value, 1)
         elif key == "conf" and not value:
             value = "(default)"
         parts.append(f"{key}: {value}")
@@ -122,14 +123,14 @@ def _timeline_svg(t: Timeline) -> str:
     for v in _nice_ticks(ymax / 1.08):  # grid and y labels
         y = py(v)
         parts.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#edf2f7"/>'
-                     f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt_bytes(v))}</text>')
+                     f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt_size(v, 1))}</text>')
     for v in _nice_ticks(max(xmax - 1, 1.0), units=(1,)):  # labelled by trace entry: point v + 1 is after entry v
         anchor = "end" if px(v + 1) > w - right - 20 else "middle"
         parts.append(f'<text x="{px(v + 1):.1f}" y="{h - 16}" text-anchor="{anchor}">{int(v):,}</text>')
     parts.append(f'<text x="{(left + w) / 2:.0f}" y="{h - 2}" text-anchor="middle">'
                  "trace entry (index in the snapshot's device_traces)</text>")
     parts.append(f'<polygon points="{" ".join(upper + lower[::-1])}" fill="{COLORS["reserved"]}" fill-opacity="0.22">'
-                 f'<title>reserved but not allocated: at most {_e(fmt_bytes(int((t.reserved - t.allocated).max())))}</title></polygon>')
+                 f'<title>reserved but not allocated: at most {_e(fmt_size(int((t.reserved - t.allocated).max()), 1))}</title></polygon>')
     parts.append(f'<polyline points="{" ".join(upper)}" fill="none" stroke="{COLORS["reserved"]}" stroke-width="1.5"/>')
     parts.append(f'<polyline points="{" ".join(lower)}" fill="none" stroke="{COLORS["requested"]}" stroke-width="1.5"/>')
     if len(t.free_index):
@@ -138,15 +139,15 @@ def _timeline_svg(t: Timeline) -> str:
         every = max(1, len(t.free_index) // 80)
         for i, v in zip(t.free_index[::every], t.largest_free[::every]):
             parts.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="3" fill="{COLORS["largest_free"]}" fill-opacity="0.35">'
-                         f'<title>{"when recording began" if i == 0 else f"after trace entry {int(i) - 1:,}"}: allocated {_e(fmt_bytes(int(t.allocated[i])))}, reserved '
-                         f'{_e(fmt_bytes(int(t.reserved[i])))}, largest free block {_e(fmt_bytes(int(v)))}</title></circle>')
+                         f'<title>{"when recording began" if i == 0 else f"after trace entry {int(i) - 1:,}"}: allocated {_e(fmt_size(int(t.allocated[i]), 1))}, reserved '
+                         f'{_e(fmt_size(int(t.reserved[i]), 1))}, largest free block {_e(fmt_size(int(v), 1))}</title></circle>')
     for o in t.ooms:
         xo = px(o["index"])
         parts.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top}" y2="{h - bottom}" stroke="{COLORS["oom"]}" stroke-width="2">'
-                     f'<title>OOM at trace entry {o["entry"]:,}: {_e(fmt_bytes(o["size"]))} refused; {_e(fmt_bytes(o["reserved"]))} reserved, '
-                     f'{_e(fmt_bytes(o["allocated"]))} allocated, {_e(fmt_bytes(o["device_free"]))} free on the device</title></line>'
+                     f'<title>OOM at trace entry {o["entry"]:,}: {_e(fmt_size(o["size"], 1))} refused; {_e(fmt_size(o["reserved"], 1))} reserved, '
+                     f'{_e(fmt_size(o["allocated"], 1))} allocated, {_e(fmt_size(o["device_free"], 1))} free on the device</title></line>'
                      f'<text x="{xo - 4:.1f}" y="{top + 12}" text-anchor="end" style="fill:{COLORS["oom"]};font-weight:600">'
-                     f'OOM: {_e(fmt_bytes(o["size"]))} refused</text>')
+                     f'OOM: {_e(fmt_size(o["size"], 1))} refused</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -163,10 +164,10 @@ def _segments_svg(segments: list[dict], ctx: dict) -> str:
         blocks = seg["blocks"]
         free = sum(b["size"] for b in blocks if b["state"] == "inactive")
         kind = seg["segment_type"] + (", expandable" if seg.get("is_expandable") else "")
-        parts.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{_e(fmt_bytes(size))} {_e(kind)}</text>'
+        parts.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{_e(fmt_size(size, 1))} {_e(kind)}</text>'
                      f'<rect x="{left}" y="{y}" width="{span}" height="{row - 4}" fill="{COLORS["inactive"]}">'
-                     f'<title>segment at 0x{seg["address"]:x}: {_e(fmt_bytes(size))}, {len(blocks)} blocks, '
-                     f'{_e(fmt_bytes(free))} free</title></rect>')
+                     f'<title>segment at 0x{seg["address"]:x}: {_e(fmt_size(size, 1))}, {len(blocks)} blocks, '
+                     f'{_e(fmt_size(free, 1))} free</title></rect>')
         if len(blocks) > MAX_BLOCKS_PER_SEGMENT:  # draw the largest blocks only
             blocks = sorted(blocks, key=lambda b: -b["size"])[:MAX_BLOCKS_PER_SEGMENT]
             ctx["truncated"] += 1
@@ -177,14 +178,14 @@ def _segments_svg(segments: list[dict], ctx: dict) -> str:
             bw = max(b["size"] / size * span, 0.6)
             req = b.get("requested_size", b["size"])
             color = COLORS["requested"] if b["state"] == "active_allocated" else COLORS["active_pending_free"]
-            tip = (f"{b['state']}: {fmt_bytes(b['size'])} block at 0x{b['address']:x}, requested {fmt_bytes(req)}"
+            tip = (f"{b['state']}: {fmt_size(b['size'], 1)} block at 0x{b['address']:x}, requested {fmt_size(req, 1)}"
                    + (f"\n{_frames_text(b.get('frames') or [])}" if b.get("frames") else ""))
             parts.append(f'<rect x="{x0:.2f}" y="{y}" width="{bw:.2f}" height="{row - 4}" fill="{color}" '
                          f'stroke="white" stroke-width="0.5"><title>{_e(tip)}</title></rect>')
             if b["state"] == "active_allocated" and req < b["size"] and b["size"] / size * span > 2:
                 rx = x0 + req / size * span
                 parts.append(f'<rect x="{rx:.2f}" y="{y}" width="{x0 + bw - rx:.2f}" height="{row - 4}" '
-                             f'fill="{COLORS["rounding"]}"><title>{_e(fmt_bytes(b["size"] - req))} of rounding</title></rect>')
+                             f'fill="{COLORS["rounding"]}"><title>{_e(fmt_size(b["size"] - req, 1))} of rounding</title></rect>')
         parts.append(f'<text x="{w - right + 6}" y="{y + 14}">{100 * free / size:.0f}% free, {len(seg["blocks"])} block{"s" if len(seg["blocks"]) != 1 else ""}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -205,7 +206,7 @@ def _sites_table(segments: list[dict], limit: int = 25) -> str:
     if not sites:
         return '<p class="note">No live allocations.</p>'
     rows = sorted(sites.items(), key=lambda kv: -kv[1][0])[:limit]
-    body = "".join(f'<tr><td class="n">{_e(fmt_bytes(n))}</td><td class="n">{c:,}</td><td><code>{_e(k).replace(chr(10), "<br>")}</code></td></tr>'
+    body = "".join(f'<tr><td class="n">{_e(fmt_size(n, 1))}</td><td class="n">{c:,}</td><td><code>{_e(k).replace(chr(10), "<br>")}</code></td></tr>'
                    for k, (n, c) in rows)
     return f'<table><tr><th>bytes</th><th>blocks</th><th>where allocated (the allocation site first, then its callers)</th></tr>{body}</table>'
 
@@ -226,13 +227,13 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     def card(label: str, value: str, bad: bool = False) -> str:
         return f'<div class="card{" bad" if bad else ""}"><b>{_e(value)}</b><span>{_e(label)}</span></div>'
 
-    cards = [card("reserved", fmt_bytes(tot["reserved"])), card("allocated", fmt_bytes(tot["allocated"])),
-             card("free internal (rounding)", fmt_bytes(tot["free_internal"])),
-             card("free external (free blocks)", fmt_bytes(tot["free_external"])),
-             card("largest free block", fmt_bytes(tot["largest_free_block"])),
+    cards = [card("reserved", fmt_size(tot["reserved"], 1)), card("allocated", fmt_size(tot["allocated"], 1)),
+             card("free internal (rounding)", fmt_size(tot["free_internal"], 1)),
+             card("free external (free blocks)", fmt_size(tot["free_external"], 1)),
+             card("largest free block", fmt_size(tot["largest_free_block"], 1)),
              card("segments", f"{tot['segments']:,}")]
     if t is not None:
-        cards.append(card("peak reserved (history)", fmt_bytes(int(t.reserved.max()))))
+        cards.append(card("peak reserved (history)", fmt_size(int(t.reserved.max()), 1)))
     if ooms:
         cards.append(card("out of memory", f"{len(ooms)} OOM", bad=True))
     ctx = {"truncated": 0}
@@ -270,9 +271,9 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     if ooms:
         out.append('<h2 id="ooms">Out-of-memory events</h2><table><tr><th>trace entry</th><th>requested</th><th>allocated</th>'
                    "<th>reserved</th><th>free on the device</th></tr>")
-        out.extend(f'<tr><td class="n">{o["entry"]:,}</td><td class="n">{_e(fmt_bytes(o["size"]))}</td>'
-                   f'<td class="n">{_e(fmt_bytes(o["allocated"]))}</td><td class="n">{_e(fmt_bytes(o["reserved"]))}</td>'
-                   f'<td class="n">{_e(fmt_bytes(o["device_free"]))}</td></tr>' for o in ooms)
+        out.extend(f'<tr><td class="n">{o["entry"]:,}</td><td class="n">{_e(fmt_size(o["size"], 1))}</td>'
+                   f'<td class="n">{_e(fmt_size(o["allocated"], 1))}</td><td class="n">{_e(fmt_size(o["reserved"], 1))}</td>'
+                   f'<td class="n">{_e(fmt_size(o["device_free"], 1))}</td></tr>' for o in ooms)
         out.append("</table>")
     out.append('<p class="note">Made by torchmem viz. This page needs no network.</p></body></html>')
     return "\n".join(out)

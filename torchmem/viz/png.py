@@ -5,7 +5,8 @@ import os
 from typing import Callable
 
 from torchmem.viz.timeline import Timeline, timeline
-from torchmem.viz.totals import fmt_bytes, totals
+from torchmem.sizes import fmt_size
+from torchmem.viz.totals import totals
 
 COLORS = {
     "requested": "#2b6cb0",       # live bytes
@@ -65,15 +66,15 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     for o in t.ooms:
         xo = x_all[o["index"]]
         ax.axvline(xo, color=COLORS["oom"], lw=1.3)
-        ax.annotate(f"OOM at trace entry {o['entry']:,}: {fmt_bytes(o['size'])} refused\n{fmt_bytes(o['reserved'])} reserved, "
-                    f"{fmt_bytes(o['allocated'])} allocated\n{fmt_bytes(o['device_free'])} free on the device",
+        ax.annotate(f"OOM at trace entry {o['entry']:,}: {fmt_size(o['size'], 1)} refused\n{fmt_size(o['reserved'], 1)} reserved, "
+                    f"{fmt_size(o['allocated'], 1)} allocated\n{fmt_size(o['device_free'], 1)} free on the device",
                     xy=(xo, top * 0.98), xytext=(-6, 0), textcoords="offset points", ha="right", va="top",
                     color=COLORS["oom"], fontsize=8.5,
                     bbox=dict(boxstyle="round,pad=0.3", fc="white", ec=COLORS["oom"], lw=0.6, alpha=0.9))
     if len(t.reserved) and t.reserved[0] > 0:  # recorded mid-run: the state when recording began, rebuilt
         ax.axhline(t.reserved[0] / scale, color="gray", lw=0.8, ls=":")
-        ax.annotate(f"when recording began: {fmt_bytes(int(t.reserved[0]))} reserved, "
-                    f"{fmt_bytes(int(t.allocated[0]))} allocated (rebuilt from the final segments)",
+        ax.annotate(f"when recording began: {fmt_size(int(t.reserved[0]), 1)} reserved, "
+                    f"{fmt_size(int(t.allocated[0]), 1)} allocated (rebuilt from the final segments)",
                     xy=(x_all[0], t.reserved[0] / scale), xytext=(4, -4), textcoords="offset points",
                     va="top", fontsize=8, color="gray", bbox=dict(fc="white", ec="none", alpha=0.8, pad=1))
     peak_gap = int((t.reserved - t.allocated).max())
@@ -85,8 +86,8 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     ax.grid(alpha=0.25)
     ax.legend(loc="upper left", fontsize=8.5, ncol=2, framealpha=0.9)
     heading = (title or "memory over the recorded history") + (f", {t.device_choice}" if t.device_choice else "")
-    ax.set_title(f"{heading}\npeak allocated {fmt_bytes(int(t.allocated.max()))}, peak reserved "
-                 f"{fmt_bytes(int(t.reserved.max()))}, most reserved but unallocated {fmt_bytes(peak_gap)}; {t.events:,} events"
+    ax.set_title(f"{heading}\npeak allocated {fmt_size(int(t.allocated.max()), 1)}, peak reserved "
+                 f"{fmt_size(int(t.reserved.max()), 1)}, most reserved but unallocated {fmt_size(peak_gap, 1)}; {t.events:,} events"
                  + (f"; {len(t.ooms)} OOM" if t.ooms else ""), fontsize=10, loc="left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -126,7 +127,7 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
             ax.plot([x0, x0], [y + 0.1, y + 0.9], color="white", lw=0.4)  # block boundary
         free = sum(b["size"] for b in seg["blocks"] if b["state"] == "inactive")
         kind = f"{seg['segment_type']}{', expandable' if seg.get('is_expandable') else ''}"
-        ax.text(-0.01, y + 0.5, f"{fmt_bytes(size)} {kind}", ha="right", va="center", fontsize=8)
+        ax.text(-0.01, y + 0.5, f"{fmt_size(size, 1)} {kind}", ha="right", va="center", fontsize=8)
         ax.text(1.01, y + 0.5, f"{100 * free / size:.0f}% free, {len(seg['blocks'])} block{'s' if len(seg['blocks']) != 1 else ''}", ha="left",
                 va="center", fontsize=8)
     ax.set_xlim(0, 1)
@@ -142,11 +143,11 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
               Patch(color=COLORS["active_pending_free"], label="free pending"),
               Patch(color=COLORS["inactive"], label="free (external)")]
     ax.legend(handles=legend, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
-    more = (f"; {len(hidden)} smaller segments ({fmt_bytes(sum(s['total_size'] for s in hidden))}) not shown"
+    more = (f"; {len(hidden)} smaller segments ({fmt_size(sum(s['total_size'] for s in hidden), 1)}) not shown"
             if hidden else "")
-    fig.suptitle(f"{title or 'segments'}, {choice.describe()}\n{tot['segments']} segment{'s' if tot['segments'] != 1 else ''}, {fmt_bytes(tot['reserved'])} reserved, "
-                 f"{fmt_bytes(tot['allocated'])} allocated, {fmt_bytes(tot['free_external'])} free in blocks "
-                 f"(largest {fmt_bytes(tot['largest_free_block'])}){more}", fontsize=9.5, x=0.01, ha="left")
+    fig.suptitle(f"{title or 'segments'}, {choice.describe()}\n{tot['segments']} segment{'s' if tot['segments'] != 1 else ''}, {fmt_size(tot['reserved'], 1)} reserved, "
+                 f"{fmt_size(tot['allocated'], 1)} allocated, {fmt_size(tot['free_external'], 1)} free in blocks "
+                 f"(largest {fmt_size(tot['largest_free_block'], 1)}){more}", fontsize=9.5, x=0.01, ha="left")
     fig.subplots_adjust(left=0.16, right=0.84, top=1 - 0.95 / (1.6 + 0.32 * rows) - 0.02,
                         bottom=0.55 / (1.6 + 0.32 * rows) + 0.02)
     fig.savefig(path, dpi=110)

@@ -25,7 +25,8 @@ import os
 import re
 from typing import Any, Iterable
 
-from torchmem.viz.totals import fmt_bytes, totals
+from torchmem.sizes import fmt_size
+from torchmem.viz.totals import totals
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _LIBRARY_DIRS = {"site-packages", "dist-packages", "torch"}
@@ -147,10 +148,10 @@ def format_rows(rows: list[dict]) -> str:
     for r in rows:
         oom = r["oom"]
         first = r["top_sites"][0] if r["top_sites"] else None
-        table.append([str(r["rank"]), str(r["device"]), fmt_bytes(r["allocated"]), fmt_bytes(r["reserved"]),
-                      fmt_bytes(r["reserved_but_free"]), fmt_bytes(r["largest_free_block"]),
-                      fmt_bytes(oom["size"]) if oom else "-", _when(oom) if oom else "-",
-                      f"{first['site']} ({fmt_bytes(first['bytes'])})" if first else "-"])
+        table.append([str(r["rank"]), str(r["device"]), fmt_size(r["allocated"], 1), fmt_size(r["reserved"], 1),
+                      fmt_size(r["reserved_but_free"], 1), fmt_size(r["largest_free_block"], 1),
+                      fmt_size(oom["size"], 1) if oom else "-", _when(oom) if oom else "-",
+                      f"{first['site']} ({fmt_size(first['bytes'], 1)})" if first else "-"])
     widths = [max(len(h), *(len(row[i]) for row in table)) if table else len(h) for i, h in enumerate(header)]
     right = {0, 1, 2, 3, 4, 5, 6}
 
@@ -169,7 +170,7 @@ def format_rows(rows: list[dict]) -> str:
         out.append(f"rank {r['rank']} ({r['file']}), {r.get('device_choice') or 'device ' + str(r['device'])}: "
                    "top allocation sites by bytes live at the end")
         for s in r["top_sites"]:
-            out.append(f"  {fmt_bytes(s['bytes']):>10}  {s['blocks']:>6,} block{'s' if s['blocks'] != 1 else ' '}  {s['site']}")
+            out.append(f"  {fmt_size(s['bytes'], 1):>10}  {s['blocks']:>6,} block{'s' if s['blocks'] != 1 else ' '}  {s['site']}")
     for r in ooms:
         path = r["file"]
         out.append("")

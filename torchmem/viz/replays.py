@@ -30,7 +30,7 @@ def entry_axis(result, events):
 def plot_replays(results: Sequence, path: str, title: str = "") -> None:
     """Allocated and reserved over the trace, one panel per config, OOM marked; x: the snapshot's trace entries."""
     from torchmem.viz.png import _unit
-    from torchmem.viz.totals import fmt_bytes
+    from torchmem.sizes import fmt_size
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.8 * len(results)), sharex=True, squeeze=False)
@@ -49,7 +49,7 @@ def plot_replays(results: Sequence, path: str, title: str = "") -> None:
         start = getattr(r, "start", None)
         if start is not None and start.segments:
             ax.axhline(start.reserved / gib, color="tab:gray", lw=0.8, ls=":", label="reserved when recording began")
-            ax.annotate(f"rebuilt start: {fmt_bytes(start.reserved)} in {len(start.segments)} segments, "
+            ax.annotate(f"rebuilt start: {fmt_size(start.reserved, 1)} in {len(start.segments)} segments, "
                         f"{start.live_blocks} live blocks", xy=(0, start.reserved / gib), xytext=(4, -4),
                         textcoords="offset points", va="top", fontsize=8, color="dimgray",
                         bbox=dict(fc="white", ec="none", alpha=0.8, pad=1))
@@ -57,8 +57,8 @@ def plot_replays(results: Sequence, path: str, title: str = "") -> None:
             xo = int(entry_axis(r, [r.oom["index"]])[0][0])
             ax.axvline(xo, color="red", lw=1.2)
             ax.annotate(
-                f"OOM at trace entry {xo:,}: {fmt_bytes(r.oom['size'])} refused\n"
-                f"reserved {fmt_bytes(r.oom['reserved'])}, allocated {fmt_bytes(r.oom['allocated'])}",
+                f"OOM at trace entry {xo:,}: {fmt_size(r.oom['size'], 1)} refused\n"
+                f"reserved {fmt_size(r.oom['reserved'], 1)}, allocated {fmt_size(r.oom['allocated'], 1)}",
                 xy=(xo, r.oom["reserved"] / gib), xytext=(-10, -10), textcoords="offset points",
                 ha="right", va="top", color="red", fontsize=9,
             )
@@ -68,7 +68,7 @@ def plot_replays(results: Sequence, path: str, title: str = "") -> None:
         peak = max(r.peak_reserved, r.oom["reserved"] + r.oom["size"] if r.oom else 0) / gib
         top = r.capacity / gib if r.capacity / gib < 2 * peak else 1.3 * peak  # a far capacity stays off the chart
         if top < r.capacity / gib:
-            ax.set_title(f"capacity {fmt_bytes(r.capacity)}, above the chart", fontsize=9, loc="right")
+            ax.set_title(f"capacity {fmt_size(r.capacity, 1)}, above the chart", fontsize=9, loc="right")
         ax.set_ylim(0, top * 1.08)
     axes[0, 0].legend(loc="lower right", fontsize=8, ncol=4)
     axes[-1, 0].set_xlabel(xlabel)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchmem.sizes import fmt_size
+
 
 def totals(snapshot: dict) -> dict[str, Any]:
     """Totals over all segments, and per pool ("small", "large")."""
@@ -47,15 +49,6 @@ def _add_segment(t: dict, seg: dict) -> None:
                 t["largest_free_block"] = max(t["largest_free_block"], b["size"])
 
 
-def fmt_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def format_totals(t: dict, name: str = "") -> str:
     """The totals as aligned text, with the check that the parts add up."""
     reserved = t["reserved"]
@@ -66,18 +59,18 @@ def format_totals(t: dict, name: str = "") -> str:
     lines = [f"{name}" if name else "snapshot",
              f"  segments            {t['segments']:>12,}  ({t['expandable_segments']} expandable)",
              f"  blocks              {t['blocks']:>12,}  ({t['active_blocks']} allocated)",
-             f"  reserved            {fmt_bytes(reserved):>12}  {reserved:>16,} B",
-             f"  allocated           {fmt_bytes(t['allocated']):>12}  {t['allocated']:>16,} B  {pct(t['allocated'])}",
-             f"  free internal       {fmt_bytes(t['free_internal']):>12}  {t['free_internal']:>16,} B  {pct(t['free_internal'])}  (rounding inside allocated blocks)",
-             f"  free external       {fmt_bytes(t['free_external']):>12}  {t['free_external']:>16,} B  {pct(t['free_external'])}  (free blocks in segments)",
-             f"  largest free block  {fmt_bytes(t['largest_free_block']):>12}  {t['largest_free_block']:>16,} B"]
+             f"  reserved            {fmt_size(reserved, 1):>12}  {reserved:>16,} B",
+             f"  allocated           {fmt_size(t['allocated'], 1):>12}  {t['allocated']:>16,} B  {pct(t['allocated'])}",
+             f"  free internal       {fmt_size(t['free_internal'], 1):>12}  {t['free_internal']:>16,} B  {pct(t['free_internal'])}  (rounding inside allocated blocks)",
+             f"  free external       {fmt_size(t['free_external'], 1):>12}  {t['free_external']:>16,} B  {pct(t['free_external'])}  (free blocks in segments)",
+             f"  largest free block  {fmt_size(t['largest_free_block'], 1):>12}  {t['largest_free_block']:>16,} B"]
     if t["active_pending_free"]:
-        lines.append(f"  pending free        {fmt_bytes(t['active_pending_free']):>12}  (counted in free external)")
+        lines.append(f"  pending free        {fmt_size(t['active_pending_free'], 1):>12}  (counted in free external)")
     for pool in ("large", "small"):
         p = t["pools"][pool]
         if p["segments"]:
-            lines.append(f"  {pool} pool: {p['segments']} segment{'s' if p['segments'] != 1 else ''}, {fmt_bytes(p['reserved'])} reserved, "
-                         f"{fmt_bytes(p['allocated'])} allocated, {fmt_bytes(p['free_external'])} free external")
+            lines.append(f"  {pool} pool: {p['segments']} segment{'s' if p['segments'] != 1 else ''}, {fmt_size(p['reserved'], 1)} reserved, "
+                         f"{fmt_size(p['allocated'], 1)} allocated, {fmt_size(p['free_external'], 1)} free external")
     ok = t["allocated"] + t["free_internal"] + t["free_external"] == reserved
     lines.append(f"  allocated + free internal + free external {'=' if ok else '!='} reserved")
     return "\n".join(lines)
