@@ -181,7 +181,8 @@ def test_launcher_runs_a_command_and_passes_its_exit_status():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--card", "80", "--", "true"], "give a number with a unit"),
+    (["--card", "80", "--", "true"], "no unit: write 80GiB"),
+    (["--card", "eighty", "--", "true"], "give a number with a unit"),
     (["--devices", "0", "--", "true"], "devices must be 1 to 64"),
     ([], "give the command to run"),
 ])
