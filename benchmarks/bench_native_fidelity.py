@@ -1,11 +1,11 @@
 """How often torchmem's replay makes PyTorch's own decisions: the differential oracle at scale.
 
-Runs random workloads (torchmem.fakegpu.oracle) under PyTorch's native
+Runs random workloads (tests.support.oracle) under PyTorch's native
 allocator on the fake GPU, replays each native snapshot with no hints and
 counts, per setting, the cases replayed exactly (every trace entry at its
 native address and size, the final segments block by block, the
 statistics) and those that show each open deviation
-(torchmem.fakegpu.deviations). Any other divergence is listed.
+(tests.support.deviations). Any other divergence is listed.
 
     make fakegpu fakegpu-ext
     PYTHONPATH=. TORCHMEM_EXT_DIR=build/cuda-2.14.1/lib/torchmem .venv-cuda/bin/python \\
@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from torchmem.fakegpu import oracle
-from torchmem.fakegpu.deviations import DEVIATIONS, classify
+from tests.support import oracle
+from tests.support.deviations import DEVIATIONS, classify
 from torchmem.progress import progress_bar
 
 

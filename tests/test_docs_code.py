@@ -45,7 +45,7 @@ NOT_RUN = {
         "needs the fake GPU: a CUDA build of torch (the Makefile's fake-GPU tier, .venv-cuda)",
     ("docs/fakegpu.md", "from torchmem.fakegpu import Control"):
         "needs the fake GPU: runs inside a process started by python -m torchmem.fakegpu",
-    ("docs/fakegpu.md", "from torchmem.fakegpu import oracle"):
+    ("docs/fakegpu.md", "from tests.support import oracle"):
         "needs the fake GPU: the oracle runs PyTorch's CUDA allocator (tests/fakegpu/test_native_oracle.py runs it)",
     ("docs/oom.md", "torchmem.dump_on_oom(path=\"oom_rank{rank}_pid{pid}.pickle\", max_entries=100_000)"):
         "a summary of signatures, not a program: `conf=...` and `True | \"path template\" | None` stand for values",

@@ -1,6 +1,6 @@
 """The differential oracle: PyTorch's own allocator on the fake GPU against torchmem's replay.
 
-Random workloads (torchmem.fakegpu.oracle.generate) under every setting
+Random workloads (tests.support.oracle.generate) under every setting
 PyTorch's parser accepts run under the native allocator; each native
 snapshot is replayed with no hints and compared entry by entry, block by
 block and stat by stat. A diverging case must be an open, named deviation
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from torchmem.fakegpu import oracle
-from torchmem.fakegpu.deviations import DEVIATIONS, classify
+from tests.support import oracle
+from tests.support.deviations import DEVIATIONS, classify
 
 SUITE_SEEDS = range(int(os.environ.get("TORCHMEM_ORACLE_CASES", "200")))
 REPRODUCERS = sorted((Path(__file__).parent / "reproducers").glob("*.json"))
@@ -176,7 +176,7 @@ def test_reproducer_still_shows_its_deviation(path):
     if not problems and not torch.__version__.startswith(made_on):
         pytest.skip(f"{path.name} was shrunk on torch {made_on}; torch {torch.__version__} replays it exactly")
     assert problems, f"{path.name} now replays exactly: the {data['deviation']} deviation is fixed (or moved); " \
-                     "update tests/fakegpu/deviations.py and keep this case as a test of the fix"
+                     "update tests/support/deviations.py and keep this case as a test of the fix"
     found = classify(w, problems)
     assert found is not None and found.name == data["deviation"], problems
 

@@ -23,7 +23,7 @@ import pickle
 import pytest
 
 from torchmem import sim
-from torchmem.fakegpu import oracle
+from tests.support import oracle
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -3,7 +3,7 @@
 The CPU tier's replay tests replay snapshots that torchmem's allocator wrote
 (tests/replay_recording.py), so a rule torchmem gets wrong both when it
 records and when it replays cannot fail them. Here each scenario runs as an
-oracle workload (ops: torchmem/fakegpu/oracle_child.py) under PyTorch's
+oracle workload (ops: tests/support/oracle_child.py) under PyTorch's
 native caching allocator on the fake GPU, and torchmem's replay of the native
 snapshot, given no hints, must reproduce it: every entry of the trace at its
 native address, the final segments block by block and PyTorch's statistics
@@ -27,7 +27,7 @@ from replay_recording import random_workload
 from subprocess_runner import ok, run_torchmem
 from torchmem import sim
 from torchmem.snapshot import snapshot_from_replay
-from torchmem.fakegpu import oracle
+from tests.support import oracle
 from torchmem.replay.memory_limit import conf_fraction
 from torchmem.traces import TraceError
 
@@ -115,7 +115,7 @@ SCENARIOS["retry-with-stacks"] = W(0, "", 1 * GiB, _cached + [["a", 1, 700 * MiB
 
 
 # Scenarios whose replay differs from PyTorch's allocator: what differs.
-RANGE = ("expandable-range-placement (torchmem/fakegpu/deviations.py): the replay reserves the expandable range at "
+RANGE = ("expandable-range-placement (tests/support/deviations.py): the replay reserves the expandable range at "
          "another address than PyTorch, so pages map or unmap elsewhere")
 # (caught, caught-mid and empty_cache differed until the replay of a 2.13+ snapshot tied equal free blocks by
 # segment age: test_the_tie_by_segment_age_is_what_made_them_differ.)
@@ -125,7 +125,7 @@ DIVERGES = {
                                       "MiB, the replay 40 MiB at another address)",
     "expandable-mid[8][1200]": RANGE + "; native's empty_cache() unmaps pages of the start state that the replay "
                                        "does not release",
-    "empty_cache-then-request-no-stacks": "retry-count (torchmem/fakegpu/deviations.py): without stacks, the "
+    "empty_cache-then-request-no-stacks": "retry-count (tests/support/deviations.py): without stacks, the "
                                           "program's empty_cache() before a request over the most the recording "
                                           "held is taken as the allocator's retry (num_alloc_retries 0 vs 1)",
 }

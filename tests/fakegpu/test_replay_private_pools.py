@@ -18,8 +18,8 @@ import pickle
 import pytest
 
 from torchmem import sim
-from torchmem.fakegpu import oracle
-from torchmem.fakegpu.deviations import classify
+from tests.support import oracle
+from tests.support.deviations import classify
 
 MiB = 1 << 20
 GiB = 1 << 30

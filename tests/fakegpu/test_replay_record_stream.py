@@ -19,7 +19,7 @@ import pytest
 
 from helpers import run_json
 from torchmem import sim
-from torchmem.fakegpu import oracle
+from tests.support import oracle
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,9 +1,9 @@
 """Runs oracle workloads under PyTorch's own allocator on the fake GPU.
 
-    python -m torchmem.fakegpu -- python -m torchmem.fakegpu.oracle_child IN.json OUT_DIR
-    python -m torchmem.fakegpu -- python -m torchmem.fakegpu.oracle_child --groups GROUPS.json
+    python -m torchmem.fakegpu -- python -m tests.support.oracle_child IN.json OUT_DIR
+    python -m torchmem.fakegpu -- python -m tests.support.oracle_child --groups GROUPS.json
 
-IN.json holds a list of workloads (torchmem.fakegpu.oracle.Workload as dicts)
+IN.json holds a list of workloads (tests.support.oracle.Workload as dicts)
 that share one setting string, which the caller puts in
 PYTORCH_CUDA_ALLOC_CONF (PyTorch reads it once). Each runs in turn in this
 one process, from a clean allocator (everything freed, the cache emptied,
@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 
 from torchmem.fakegpu import Control
-from torchmem.fakegpu.oracle import NO_FORK
+from tests.support.oracle import NO_FORK
 from torchmem.pytorch_env import conf_value
 
 STAT_KEYS = ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "allocated_bytes.all.current",

@@ -4,7 +4,7 @@ A generator makes random workloads (sizes across the small pool, 1-10 MiB and
 large; one to three streams with record_stream and held-back events;
 empty_cache; memory fractions; caught out-of-memory errors; CUDA graphs and
 torch.cuda.MemPool; runs recorded from mid-way) under every setting PyTorch's parser accepts. Each runs under
-PyTorch's native allocator on the fake GPU (torchmem.fakegpu.oracle_child),
+PyTorch's native allocator on the fake GPU (tests.support.oracle_child),
 which writes a native snapshot; torchmem's replay of that snapshot, given no
 hints, must then reproduce it:
 
@@ -36,6 +36,8 @@ from typing import Callable, Iterable
 from torchmem import fakegpu
 from torchmem.snapshot import block_state
 
+ROOT = str(Path(__file__).resolve().parents[2])  # the checkout: the oracle child runs as tests.support.oracle_child
+
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -66,7 +68,7 @@ TRACE_ACTIONS = ("alloc", "free_completed", "segment_alloc", "segment_free", "se
 
 @dataclass
 class Workload:
-    """One oracle case. Ops are documented in torchmem/fakegpu/oracle_child.py."""
+    """One oracle case. Ops are documented in tests/support/oracle_child.py."""
 
     seed: int
     conf: str
@@ -168,19 +170,19 @@ def run_native(workloads: list[Workload], out_dir: str | os.PathLike[str], timeo
             groups.append({"conf": conf, "card": max(workloads[i].card for i in indices),
                            "spec": str(folder / "workloads.json"), "out": str(folder), "indices": indices})
         (Path(tmp) / "groups.json").write_text(json.dumps(groups))
-        env = dict(os.environ)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
         env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         env.pop("PYTORCH_ALLOC_CONF", None)
         forked = fork
         if fork:
-            proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", "--groups",
+            proc = fakegpu.run([sys.executable, "-m", "tests.support.oracle_child", "--groups",
                                 str(Path(tmp) / "groups.json")], card=max(group["card"] for group in groups),
                                env=env, capture_output=True, text=True, timeout=timeout * len(groups))
             forked = proc.returncode != NO_FORK
         for group in groups:
             if not forked:  # this torch reads its settings before a fork: a process per group
                 group_env = dict(env, PYTORCH_CUDA_ALLOC_CONF=group["conf"])
-                proc = fakegpu.run([sys.executable, "-m", "torchmem.fakegpu.oracle_child", group["spec"],
+                proc = fakegpu.run([sys.executable, "-m", "tests.support.oracle_child", group["spec"],
                                     group["out"]], card=group["card"], env=group_env, capture_output=True,
                                    text=True, timeout=timeout)
             for k, i in enumerate(group["indices"]):

@@ -1,5 +1,5 @@
 """Open deviations of torchmem's replay from PyTorch's native allocator, found
-by the differential oracle (torchmem.fakegpu.oracle) and not yet fixed.
+by the differential oracle (tests.support.oracle) and not yet fixed.
 
 Each names what differs, where it shows, and its shrunk reproducer in
 tests/fakegpu/reproducers/. A diverging case of the suite must match one of
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from torchmem.fakegpu.oracle import Workload
+from tests.support.oracle import Workload
 
 
 def _stat_keys(problem: str) -> set[str]:
