@@ -11,7 +11,7 @@ from torchmem.traces import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
 
-from conftest import MiB, run_python, sim_allocator, torchmem_here
+from conftest import MiB, run_ok, run_python, sim_allocator, torchmem_here
 
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "segment_pool_id", "allocated_size",
                 "active_size", "requested_size", "is_expandable", "frames", "blocks"}
@@ -285,20 +285,22 @@ def test_installed_cpu_allocator_end_to_end(tmp_path):
 
 
 def test_record_before_install_says_so():
-    import torchmem
+    """In a fresh interpreter: a test that installs torchmem in this one leaves its CPU allocator behind."""
+    out = run_ok("""
+        import pytest
+        from torchmem.snapshot import memory_snapshot, record_memory_history
 
-    if torchmem.installed():  # pragma: no cover - tests install in subprocesses
-        pytest.skip("torchmem is installed in this process")
-    from torchmem.snapshot import memory_snapshot, record_memory_history
-
-    with pytest.raises(RuntimeError, match=r"torchmem.install\(\)"):
-        record_memory_history()
-    record_memory_history(None)  # stopping what never started is fine
-    assert memory_snapshot()["segments"] == []
-    with pytest.raises(ValueError, match="max_entries"):
-        record_memory_history(max_entries=0)
-    with pytest.raises(ValueError, match="stacks"):
-        record_memory_history(stacks="cpp")
+        with pytest.raises(RuntimeError, match=r"torchmem.install\\(\\)"):
+            record_memory_history()
+        record_memory_history(None)  # stopping what never started is fine
+        assert memory_snapshot()["segments"] == []
+        with pytest.raises(ValueError, match="max_entries"):
+            record_memory_history(max_entries=0)
+        with pytest.raises(ValueError, match="stacks"):
+            record_memory_history(stacks="cpp")
+        print("checked")
+    """, timeout=120)
+    assert out.strip().endswith("checked")
 
 
 def pytorch_style_snapshot():
