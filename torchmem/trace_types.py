@@ -69,6 +69,9 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     start: Any = None     # replay.snapshot_trace.StartState: memory when recording began (snapshots)
     recorded: Any = None  # replay.snapshot_trace.RecordedRun: settings, capacity, OOM (snapshots)
+    range_windows: Any = None  # replay.expandable_ranges' offer windows for expandable ranges (snapshots)
+    skipped_lines: int = 0     # bad lines or entries skipped (skip_bad_events); a JSON-lines file's once read
+    first_skipped: str = ""    # the first of them, named
 
     def chunks(self) -> Iterator[Chunk]:
         return self._factory()

@@ -303,7 +303,7 @@ def replay(
                         f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 raise TraceError(f"{trace.name}: start state: {exc}") from None
     start = time.perf_counter()
-    windows = getattr(trace, "range_windows", None) if follow_recording else None
+    windows = trace.range_windows if follow_recording else None
     offers_not_missed = 0  # offers for ranges a failed request may reserve (replay/expandable_ranges.py)
     for chunk in trace.chunks():
         try:
@@ -318,7 +318,7 @@ def replay(
         if replayer.stopped:
             break
     seconds = time.perf_counter() - start
-    unread = getattr(trace, "skipped_lines", 0)  # known once the trace has been read
+    unread = trace.skipped_lines  # known once the trace has been read
     stats = replayer.stats()
     if follow_recording and recorded is not None:
         stats["num_alloc_retries"] += replay_retries(recorded, conf, capacity, card_known=capacity_source == "oom")
@@ -347,7 +347,7 @@ def replay(
         stats=stats,
         segments=replayer.segments(),
         skipped=replayer.skipped + unread,
-        skipped_detail=_skipped_detail(unread, getattr(trace, "first_skipped", ""), replayer.skipped,
+        skipped_detail=_skipped_detail(unread, trace.first_skipped, replayer.skipped,
                                        "entries" if recorded is not None else "lines"),
         notes=notes,
         replayer=replayer,

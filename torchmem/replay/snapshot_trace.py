@@ -599,9 +599,5 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     def factory() -> Iterator[Chunk]:
         return cols.chunks()
 
-    trace = Trace(name, factory, total=len(cols.ops), notes=notes)
-    trace.start = start
-    trace.recorded = recorded
-    trace.range_windows = windows
-    trace.skipped_lines, trace.first_skipped = b.bad, b.first_bad  # as traces.load_jsonl's
-    return trace
+    return Trace(name, factory, total=len(cols.ops), notes=notes, start=start, recorded=recorded,
+                 range_windows=windows, skipped_lines=b.bad, first_skipped=b.first_bad)
