@@ -5,7 +5,9 @@
 # record_stream races, native history replayed exactly, ...), then
 # expandable segments under memory pressure alone on the GPU, then the GPU
 # benchmark (benchmarks/bench_cuda.py: native vs torchmem, alternating), with
-# policy:stitch's page maps timed first (benchmarks/bench_stitch_cuda.py).
+# policy:stitch's page maps timed first (benchmarks/bench_stitch_cuda.py), and
+# last the benchmark's native runs recorded again on the fake GPU and compared
+# with the card's, event by event (benchmarks/fake_vs_card.py).
 #
 #   OUT=/some/dir bash scripts/gpu_check.sh       # 6.5 minutes on an H200 (BENCHMARKS.md, "Real GPU")
 #   DRY_RUN=1 bash scripts/gpu_check.sh           # check the script where no GPU is: stops cleanly
@@ -324,12 +326,18 @@ stage preflight 150 bash -c "make -s fakegpu PYTHON='$PY' >/dev/null && '$PY' be
   cp "$LOGS/preflight/preflight_accuracy.md" "$LOGS/preflight/preflight_accuracy.json" "$OUT/" 2>/dev/null
 
 # --- benchmark -----------------------------------------------------------------
-# What is left of the budget, less 15 s to pack the results; the benchmark
-# starts only the runs that fit.
-stage bench "$(left)" "$PY" benchmarks/bench_cuda.py --out "$LOGS/bench" --timeout 60 --budget $(($(left) - 15))
+# What is left of the budget, less 60 s for fake_vs_card and 15 s to pack the
+# results; the benchmark starts only the runs that fit.
+stage bench "$(($(left) - 60))" "$PY" benchmarks/bench_cuda.py --out "$LOGS/bench" --timeout 60 --budget $(($(left) - 75))
 if [ -f "$LOGS/bench/bench_cuda.md" ]; then
   emit <"$LOGS/bench/bench_cuda.md"
   cp "$LOGS/bench/bench_cuda.md" "$LOGS/bench/bench_cuda.json" "$OUT/" 2>/dev/null
+fi
+# The same native runs on the fake GPU (built by the preflight stage), event by event against the card's.
+if [ -f "$LOGS/bench/bench_cuda.json" ] && [ -f "$ROOT/build/fakegpu/libtorchmem_fakecudart.so" ]; then
+  stage fake_vs_card 60 "$PY" benchmarks/fake_vs_card.py --results "$LOGS/bench/bench_cuda.json" \
+    --snapshots "$LOGS/bench" --workloads empty_del size_classes empty_del_rs &&
+    grep "^|" "$LOGS/fake_vs_card.log" | emit
 fi
 # The native allocator's recorded histories, for later replays: the ones that fit in 15 MiB, packed.
 snaps=()
