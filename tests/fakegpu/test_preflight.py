@@ -134,6 +134,7 @@ def test_a_child_of_a_rank_does_not_replace_the_ranks_report(tmp_path):
     (Note [One report per rank])."""
     report = preflight.run_command([sys.executable, "-c", RANK_WITH_A_CHILD], "h100", out=tmp_path, advise=False,
                                    capture_output=True, env=dict(os.environ, RANK="3"))
+    assert [p["name"] for p in report.processes][0] == "rank3"  # the rank's own report first
     by_name = {d.process: d.peak_allocated for d in report.devices}
     children = [n for n in by_name if n.startswith("rank3-pid")]
     assert by_name["rank3"] == 4 << 20 and len(children) == 1 and by_name[children[0]] == 4 << 10, by_name

@@ -265,7 +265,9 @@ def _read(folder: Path) -> list[dict[str, Any]]:
         if path.name.startswith(("rank", "pid")):
             with open(path) as f:
                 processes.append(json.load(f))
-    processes.sort(key=lambda p: (p.get("rank") is None, int(p["rank"]) if p.get("rank") else p["pid"]))
+    # By rank, each rank's own report before its children's (Note [One report per rank]), then by pid.
+    processes.sort(key=lambda p: (p.get("rank") is None, int(p["rank"]) if p.get("rank") else p["pid"],
+                                  p.get("name") != f"rank{p.get('rank')}", p["pid"]))
     return processes
 
 
