@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from torchmem import sim, traces
+from torchmem import traces
+from torchmem import replay as sim
 from torchmem.traces import Chunk, Trace
 
 WINDOW = 2000

@@ -147,7 +147,8 @@ def record(name: str, path: str) -> None:
 
 
 def load_traces(trace_dir: str, only: list[str], rerecord: bool) -> dict:
-    from torchmem import sim, workloads
+    from torchmem import workloads
+    from torchmem import replay as sim
 
     traces = {}
     for name in MODELS:
@@ -175,14 +176,14 @@ def load_traces(trace_dir: str, only: list[str], rerecord: bool) -> dict:
 
 
 def peak_requested(trace) -> int:
-    from torchmem import sim
+    from torchmem import replay as sim
 
     return sim.replay(trace, "1TiB", "").stats["requested_bytes"]["all"]["peak"]
 
 
 def page_counts(trace, capacity: int, conf: str) -> dict:
     """Pages mapped and unmapped (2 MiB) and allocations, from the replay's history."""
-    from torchmem import sim
+    from torchmem import replay as sim
 
     r = sim.replay(trace, capacity, conf, history=1 << 22)
     hist = r.replayer.history()
@@ -195,7 +196,7 @@ def page_counts(trace, capacity: int, conf: str) -> dict:
 
 
 def measure(name: str, trace) -> dict:
-    from torchmem import sim
+    from torchmem import replay as sim
 
     floor = peak_requested(trace)
     row: dict = {"trace": name, "title": TITLES.get(name, name), "peak_requested": floor, "min_capacity": {}, "ratio": {},

@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = r"""
 import json, resource, sys, time
 import numpy as np
-from torchmem import sim
+from torchmem import replay as sim
 from torchmem.traces import Chunk, Trace
 
 events, conf = int(sys.argv[1]), sys.argv[2]

@@ -26,7 +26,8 @@ import time
 
 import torch
 
-from torchmem import _C, sim
+from torchmem import _C
+from torchmem import replay as sim
 from torchmem.replay import advise
 from torchmem.snapshot import build_snapshot
 

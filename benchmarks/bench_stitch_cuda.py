@@ -100,7 +100,8 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from torchmem import _C, sim
+    from torchmem import _C
+    from torchmem import replay as sim
     from torchmem.traces import from_events
 
     if not torch.cuda.is_available() or not hasattr(_C, "cuda_time_page_calls"):

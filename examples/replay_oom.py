@@ -14,9 +14,9 @@ settings.
 """
 import argparse
 
-from torchmem import sim, workloads
+from torchmem import workloads
 from torchmem.viz.replays import plot_replays
-from torchmem.replay import advise
+from torchmem.replay import advise, compare, replay
 
 CONFS = ["", "expandable_segments:True", "max_split_size_mb:512", "roundup_power2_divisions:4"]
 
@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--plot", default="replay_oom.png")
     args = parser.parse_args()
     if args.snapshot:
-        exact = sim.replay(args.snapshot)
+        exact = replay(args.snapshot)
         print(exact.explain())
         if exact.recorded_oom:
             print("recorded OOM reproduced:", exact.recorded_oom["reproduced"])
@@ -37,7 +37,7 @@ def main() -> None:
             print(row.summary())
         results = [exact]
     else:
-        results = sim.compare(workloads.fragmenting_training(), CONFS, capacity="80GiB")
+        results = compare(workloads.fragmenting_training(), CONFS, capacity="80GiB")
         print(results[0].explain(), "\n")
         for r in results:
             print(r.summary())

@@ -174,7 +174,7 @@ def _write_jsonl_case(path: str, rng: random.Random, kind: str, seed: int) -> di
 
 def readers() -> list[tuple[str, Callable[[str], Any]]]:
     """Every reader of a user's file, as the commands call them."""
-    from torchmem import sim
+    from torchmem import replay as sim
     from torchmem.snapshot import load
     from torchmem.viz.ranks import rank_row
     from torchmem.viz.timeline import timeline

@@ -113,7 +113,7 @@ def test_one_oom_is_the_same_trace_entry_in_every_output(two_devices, tmp_path):
 
 def test_replay_plot_and_torchmem_plot_share_the_trace_entry_axis(two_devices, tmp_path):
     """The x of the OOM in `replay --plot` is the same trace entry as in `torchmem plot`."""
-    from torchmem import sim
+    from torchmem import replay as sim
     from torchmem.viz.replays import entry_axis
 
     result = sim.replay(two_devices["path"])

@@ -95,7 +95,7 @@ example_inputs = (torch.randn(16, 64),)
 """
 
 SETUP = {
-    ("README.md", "from torchmem import sim"): SNAPSHOT,
+    ("README.md", "from torchmem.replay import advise, replay"): SNAPSHOT,
     ("docs/arena_and_paged.md", "import torch, torchmem"): SUPERVISED,
     ("docs/cpu.md", "torchmem.install(conf=\"reuse_order:address,min_block_size:512\")"): "import torchmem\n",
     ("docs/oom.md", "import torchmem"): TRAINING,
@@ -103,7 +103,7 @@ SETUP = {
     ("docs/planner.md", "from torchmem.plan import pipeline"): FX,
     ("docs/replay.md", "from torchmem.replay import advise"): SNAPSHOT,
     ("docs/snapshots.md", "import torchmem"): TRAINING,
-    ("docs/stitch.md", "from torchmem import sim"): SNAPSHOT,
+    ("docs/stitch.md", "from torchmem.replay import min_capacity, replay"): SNAPSHOT,
 }
 
 # What the block's comments claim, checked after it ran.
@@ -112,7 +112,7 @@ CHECKS = {
         "assert x.nbytes <= stats['allocated_bytes.all.current'] <= stats['reserved_bytes.all.current'], stats",
     ("docs/planned.md", "import torchmem"):
         "assert report.phase == 'planned' and report.misses == 0 and report.hits > 0, report",
-    ("README.md", "from torchmem import sim"):
+    ("README.md", "from torchmem.replay import advise, replay"):
         "assert result.recorded_oom['reproduced'] and result.exact",
     ("docs/planner.md", "from torchmem.plan import Buffer, solve"):
         "assert (plan.height, plan.lower_bound, plan.optimal) == (12, 12, True) and plan.validate()",

@@ -75,7 +75,7 @@ def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
     live = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
     assert live and all(b["frames"] and b["frames"][0]["name"] == "fill" for b in live)
 
-    from torchmem import sim
+    from torchmem import replay as sim
 
     result = sim.replay(path)
     assert result.capacity_source == "oom" and result.capacity == 64 * MiB
@@ -199,7 +199,7 @@ def test_reinstall_with_another_conf_keeps_dumping(tmp_path):
         print(json.dumps({{"written": torchmem.oom.written_snapshots()}}))
     """, str(tmp_path)))
     assert out["written"] == [str(tmp_path / "o.pickle")]
-    from torchmem import sim
+    from torchmem import replay as sim
 
     result = sim.replay(out["written"][0])
     # the CPU settings install() adds are recorded too: the replay makes the same decisions

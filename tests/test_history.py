@@ -133,7 +133,7 @@ def test_oom_entry():
 
 
 def test_history_on_replays():
-    from torchmem import sim
+    from torchmem import replay as sim
 
     events = [{"op": "alloc", "id": i, "size": 4096} for i in range(4)] + [{"op": "free", "id": i} for i in range(4)]
     r = sim.replay(events, "1GiB", history=100)

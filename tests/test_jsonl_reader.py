@@ -14,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from torchmem import _C, sim, traces
+from torchmem import _C, traces
+from torchmem import replay as sim
 
 ALLOC_LINE = b'{"op": "alloc", "id": 1, "size": 4096, "stream": 0}\n'
 

@@ -12,7 +12,8 @@ import re
 import pytest
 from torch.cuda import _memory_viz as mv
 
-from torchmem import _C, sim
+from torchmem import _C
+from torchmem import replay as sim
 from torchmem.snapshot import build_snapshot, dump_snapshot, snapshot_from_replay
 
 from conftest import MiB, ok, run_args, run_python, sim_allocator

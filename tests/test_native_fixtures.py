@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from replay_recording import segment_layout
-from torchmem import sim
+from torchmem import replay as sim
 from torchmem.replay import snapshot_trace
 from torchmem.snapshot import snapshot_from_replay
 

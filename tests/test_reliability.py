@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import MiB, run_ok
-from torchmem import _C, sim
+from torchmem import _C
+from torchmem import replay as sim
 
 # ---------------------------------------------------------------------------
 # Concurrency on the CPU install

@@ -17,7 +17,8 @@ import torch
 import torchmem
 import torchmem.cuda
 from conftest import run_python
-from torchmem import _C, sim, traces
+from torchmem import _C, traces
+from torchmem import replay as sim
 from torchmem.cli import main as cli_main
 from torchmem.cuda import CUDANotBuiltError, cuda_glue_built
 from torchmem.plan import Buffer, buffers_from_trace, fx, load_csv, lower_bound, solve

@@ -12,7 +12,8 @@ import pickle
 import numpy as np
 import pytest
 
-from torchmem import _C, sim, workloads
+from torchmem import _C, workloads
+from torchmem import replay as sim
 from torchmem.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
 
 from conftest import GiB, MiB, ok, torchmem_here, sim_allocator
@@ -243,3 +244,19 @@ def test_cli_replay_bad_file_is_a_clear_error(tmp_path):
     assert proc.returncode == 1
     assert "event 0: free of id 3" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_earlier_name_warns_and_is_the_same_module():
+    """torchmem.replay is the one public name; torchmem.sim still imports, with a DeprecationWarning."""
+    import importlib
+    import sys
+    import warnings
+
+    from torchmem import replay
+
+    sys.modules.pop("torchmem.sim", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("torchmem.sim")
+    assert any(issubclass(w.category, DeprecationWarning) and "torchmem.replay" in str(w.message) for w in caught)
+    assert old.replay is replay.replay and old.__all__ == replay.__all__

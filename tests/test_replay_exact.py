@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ok, torchmem_here
 from replay_recording import GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout
-from torchmem import sim
+from torchmem import replay as sim
 from torchmem.snapshot import snapshot_from_replay
 from torchmem.replay.memory_limit import conf_fraction
 from torchmem.traces import TraceError

@@ -15,7 +15,8 @@ import pickle
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from torchmem import _C, sim
+from torchmem import _C
+from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
 from torchmem.snapshot import build_snapshot, dump_snapshot, load

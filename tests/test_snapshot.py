@@ -5,7 +5,8 @@ import subprocess
 
 import pytest
 
-from torchmem import _C, sim
+from torchmem import _C
+from torchmem import replay as sim
 from torchmem.snapshot import build_snapshot, dump_snapshot, load, snapshot_from_replay, validate_snapshot
 from torchmem.traces import TraceError
 from torchmem.viz.timeline import timeline

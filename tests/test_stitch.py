@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GiB, MiB, run_python
-from torchmem import _C, sim, workloads
+from torchmem import _C, workloads
+from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise
 from torchmem.snapshot import snapshot_from_replay, validate_snapshot

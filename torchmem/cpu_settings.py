@@ -12,7 +12,7 @@ set back to its native value:
   of 512 B, so a four-float tensor takes 64 B, about what glibc charges
   (native: ``512``).
 
-The simulated device (torchmem.sim) and CUDA keep the native policy.
+The simulated device (torchmem.replay) and CUDA keep the native policy.
 """
 from __future__ import annotations
 

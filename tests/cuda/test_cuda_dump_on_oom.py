@@ -33,7 +33,7 @@ def _check_snapshot(path: str, request: int) -> None:
     assert oom and 0 <= oom[-1]["size"] - request < 2 * 1024 * 1024 and "device_free" in oom[-1]
     assert snap["torchmem_oom"]["rank"] == 0
 
-    from torchmem import sim
+    from torchmem import replay as sim
 
     result = sim.replay(path)
     assert result.recorded_oom is not None and result.recorded_oom["reproduced"], result.recorded_oom

@@ -22,7 +22,7 @@ import pickle
 
 import pytest
 
-from torchmem import sim
+from torchmem import replay as sim
 from tests.support import oracle
 
 MiB = 1 << 20

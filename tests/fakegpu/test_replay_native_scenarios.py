@@ -25,7 +25,7 @@ import torch
 from helpers import run_json
 from replay_recording import random_workload
 from subprocess_runner import ok, run_torchmem
-from torchmem import sim
+from torchmem import replay as sim
 from torchmem.snapshot import snapshot_from_replay
 from tests.support import oracle
 from torchmem.replay.memory_limit import conf_fraction

@@ -17,7 +17,7 @@ import pickle
 
 import pytest
 
-from torchmem import sim
+from torchmem import replay as sim
 from tests.support import oracle
 from tests.support.deviations import classify
 

@@ -18,7 +18,7 @@ import pickle
 import pytest
 
 from helpers import run_json
-from torchmem import sim
+from torchmem import replay as sim
 from tests.support import oracle
 
 MiB = 1 << 20

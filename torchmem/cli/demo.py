@@ -70,7 +70,8 @@ DEMO_CONFS = [
 
 
 def replay_fragmentation(out_dir: str) -> None:
-    from torchmem import sim, workloads
+    from torchmem import workloads
+    from torchmem.replay import compare, min_capacity, replay
     from torchmem.viz.replays import plot_replays
 
     shape = workloads.FRAGMENTING_SHAPE
@@ -81,15 +82,15 @@ def replay_fragmentation(out_dir: str) -> None:
         "with PyTorch's default allocator settings:\n"
     )
     trace = workloads.fragmenting_training()
-    results = sim.compare(trace, DEMO_CONFS, capacity="80GiB")
+    results = compare(trace, DEMO_CONFS, capacity="80GiB")
     print(results[0].explain())
     print("\nPyTorch's message would read:\n  " + results[0].oom["message"] if results[0].oom else "")
     print("\nThe same trace under other settings:\n")
-    floor = sim.replay(trace, "1TiB", "").stats["requested_bytes"]["all"]["peak"]
+    floor = replay(trace, "1TiB", "").stats["requested_bytes"]["all"]["peak"]
     print(f"{'config':<66} {'peak alloc':>10} {'peak resv':>10} {'least GPU':>10}  outcome")
     for r in results:
         outcome = "completed" if r.completed else f"OOM at event {r.oom['index']:,}"
-        need = sim.min_capacity(trace, r.conf)
+        need = min_capacity(trace, r.conf)
         label = (r.conf or "(default)") + (" [torchmem]" if r.policy == "stitch" else "")
         print(f"{label:<66} {r.peak_allocated / 2**30:>9.2f}G {r.peak_reserved / 2**30:>9.2f}G "
               f"{need / 2**30:>9.2f}G  {outcome}")

@@ -115,7 +115,7 @@ def environment_note(conf_source: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchmem import sim
+    from torchmem.replay import replay
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
     from torchmem.traces import load_trace
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         label = conf if conf is not None else "as recorded"
         with progress_bar(trace.total, f"replay {label or 'default'}", disable=args.no_progress or args.json) as update:
             results.append(
-                sim.replay(
+                replay(
                     trace, args.capacity, conf, skip_bad_events=args.skip_bad_events,
                     progress=update, in_use_by_others=args.in_use_by_others,
                 )

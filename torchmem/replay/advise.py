@@ -247,8 +247,8 @@ def min_capacity(
     within 64 times the reference capacity (`capacity`: default the snapshot's card as replay()
     infers it, capacity.recorded_capacity()).
 
-        from torchmem import sim
-        need = sim.min_capacity("snapshot.pickle", "policy:stitch")
+        from torchmem.replay import min_capacity
+        need = min_capacity("snapshot.pickle", "policy:stitch")
     """
     return search(trace, conf, capacity=capacity, device=device, skip_bad_events=skip_bad_events,
                   in_use_by_others=in_use_by_others).min_capacity

@@ -6,10 +6,10 @@ recorded on an 80 GiB GPU reproduces its fragmentation out-of-memory on a
 laptop, and fixes (expandable segments, split limits, rounding, garbage
 collection) can be tried in seconds::
 
-    from torchmem import sim
-    result = sim.replay("snapshot.pickle")      # exactly what happened on the GPU
+    from torchmem.replay import compare, replay
+    result = replay("snapshot.pickle")          # exactly what happened on the GPU
     print(result.explain())
-    for row in sim.compare("snapshot.pickle", ["", "expandable_segments:True"], capacity="80GiB"):
+    for row in compare("snapshot.pickle", ["", "expandable_segments:True"], capacity="80GiB"):
         print(row.summary())
 
 A snapshot replays exactly by default: its recorded settings, the memory
