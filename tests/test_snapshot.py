@@ -181,6 +181,20 @@ def test_bad_input_names_file_and_problem(tmp_path):
         load(tmp_path / "nope.pickle")
 
 
+def test_both_readers_name_a_bad_entry_alike(tmp_path):
+    """The stats' reader (snapshot.load) and the replay's (load_trace) say "FILE: device D entry I" for a bad entry."""
+    _, _, snap = sim_snapshot()
+    snap["device_traces"][0][1]["action"] = "teleport"
+    path = tmp_path / "bad.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    with pytest.raises(TraceError) as by_stats:
+        load(path)
+    with pytest.raises(TraceError) as by_replay:
+        sim.load_trace(str(path))
+    assert f"{path}: device 0 entry 1: " in str(by_stats.value), str(by_stats.value)
+    assert f"{path}: device 0 entry 1: " in str(by_replay.value), str(by_replay.value)
+
+
 def test_unknown_keys_are_accepted(tmp_path):
     # PyTorch adds keys between releases; readers must not break on them.
     _, _, snap = sim_snapshot()

@@ -297,7 +297,7 @@ def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
         if not isinstance(device_trace, list):
             raise TraceError(f"{name}: device_traces[{d}] must be a list, not {type(device_trace).__name__}")
         for k, entry in enumerate(device_trace):
-            where = f"{name}: device {d} event {k}"
+            where = f"{name}: device {d} entry {k}"
             _check_keys(entry, _TRACE_KEYS, where)
             if entry["action"] not in SNAPSHOT_ACTIONS:
                 raise TraceError(f"{where}: unknown action {entry['action']!r} (expected one of {', '.join(sorted(SNAPSHOT_ACTIONS))})")
