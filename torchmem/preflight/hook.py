@@ -149,10 +149,14 @@ def _on_torch(torch: Any) -> None:
 # (context="alloc") run. So on the releases from 2.11 up to 2.13 preflight
 # records "alloc": allocations, segments and OOMs keep their stacks, frees
 # carry none. Seen on 2.11.0 (tests/fakegpu/test_compile.py); 2.14.1 records
-# "all" and runs; 2.12 and 2.13 were not tried.
+# "all" and runs; 2.12 and 2.13 were not tried. The cost: advise replays such
+# a snapshot as one without stacks, so it cannot tell a program's
+# empty_cache() just before a request from the allocator's retry (the
+# retry-count deviation, docs/fakegpu.md).
 
 def history_context(version: str) -> str:
     """The `context` preflight records the history with on this torch (Note [Frees recorded without stacks])."""
+    # pytorch_env.torch_release reads versions too; this module imports nothing of torchmem's.
     major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
     return "alloc" if (2, 11) <= (major, minor) < (2, 14) else "all"
 
