@@ -96,20 +96,12 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
         elif kind == "r":
             if not recording:
                 record()
-        elif kind == "g":
-            graph = torch.cuda.CUDAGraph()
+        elif kind in ("g", "m"):  # tensors made in a private pool: a CUDA graph's capture, or a MemPool's
+            owner = torch.cuda.CUDAGraph() if kind == "g" else torch.cuda.MemPool()
             try:
-                with torch.cuda.graph(graph):
+                with torch.cuda.graph(owner) if kind == "g" else torch.cuda.use_mem_pool(owner):
                     tensors = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in op[1]]
-                graphs.append((graph, tensors))
-            except torch.OutOfMemoryError:
-                oom_caught += 1
-        elif kind == "m":
-            pool = torch.cuda.MemPool()
-            try:
-                with torch.cuda.use_mem_pool(pool):
-                    tensors = [torch.empty(size, dtype=torch.uint8, device="cuda") for size in op[1]]
-                pools.append((pool, tensors))
+                (graphs if kind == "g" else pools).append((owner, tensors))
             except torch.OutOfMemoryError:
                 oom_caught += 1
         elif kind == "gd" and graphs:
