@@ -36,7 +36,7 @@ from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.trace_types import ALLOC, FAILED_ALLOC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
 if TYPE_CHECKING:
-    from torchmem.replay.snapshot_trace import _Builder
+    from torchmem.replay.trace_pass import _Builder
     from torchmem.replay.start_state import StartState
 
 SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool

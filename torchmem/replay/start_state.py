@@ -21,7 +21,7 @@ from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
 from torchmem.trace_types import TraceError
 
 if TYPE_CHECKING:
-    from torchmem.replay.snapshot_trace import _Builder
+    from torchmem.replay.trace_pass import _Builder
 
 
 @dataclass

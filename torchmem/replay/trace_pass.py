@@ -1,0 +1,381 @@
+"""One pass over the trace entries of one device of a snapshot: the replay's events, and what the pass saw.
+
+The pass reads each entry once, in order, and writes the replay's event
+columns (see the docstring of snapshot_trace.py for what each becomes); it
+also notes what the later steps infer from: the blocks and segments it met
+before they were made, the maps and unmaps, the OOM entries, the runs of
+releases. Frees take effect at ``free_completed`` (``free_requested`` when a
+trace has no ``free_completed``); a ``free_requested`` whose
+``free_completed`` comes later (``record_stream``) ends the allocation there,
+as PyTorch counts it (_Builder.request_free).
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Any, Iterator
+
+import numpy as np
+
+from torchmem import _C
+from torchmem.replay.entries import int_field
+from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
+from torchmem.trace_types import (ALLOC, CHUNK, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
+                                  SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, Chunk, TraceError)
+
+DEFAULT_POOL = (0, 0)
+
+class _Columns:
+    def __init__(self) -> None:
+        self.ops: list[int] = []
+        self.ids: list[int] = []
+        self.sizes: list[int] = []
+        self.streams: list[int] = []
+        self.addrs: list[int] = []
+        self.entries: list[int] = []  # the trace entry each event comes from
+        self.entry = 0
+
+    def insert(self, position: int, op: int) -> None:
+        for column, value in ((self.ops, op), (self.ids, 0), (self.sizes, 0), (self.streams, 0), (self.addrs, 0),
+                              (self.entries, self.entries[position] if position < len(self.entries) else self.entry)):
+            column.insert(position, value)
+
+    def add(self, op: int, id_: int = 0, size: int = 0, stream: int = 0, addr: int = 0) -> None:
+        self.entries.append(self.entry)
+        self.ops.append(op)
+        self.ids.append(id_)
+        self.sizes.append(size)
+        self.streams.append(stream)
+        self.addrs.append(addr)
+
+    def chunks(self) -> Iterator[Chunk]:
+        ops = np.asarray(self.ops, dtype=np.uint8)
+        ids = np.asarray(self.ids, dtype=np.uint64)
+        sizes = np.asarray(self.sizes, dtype=np.uint64)
+        streams = np.asarray(self.streams, dtype=np.uint64)
+        addrs = np.asarray(self.addrs, dtype=np.uint64)
+        for lo in range(0, len(ops), CHUNK):
+            hi = lo + CHUNK
+            yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
+
+class _Where:
+    """'FILE: device D entry I', made when an error message needs it."""
+
+    __slots__ = ("builder", "i")
+
+    def __init__(self, builder: "_Builder", i: int) -> None:
+        self.builder, self.i = builder, i
+
+    def __str__(self) -> str:
+        return self.builder.where(self.i)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def _free_action(entries: list, segments: Any) -> str:
+    """The action that frees a block in a trace with no free_completed entry.
+
+    free_requested, where the release writes no free_completed; but a trace
+    whose every requested free is still pending when the snapshot was taken
+    (record_stream, the stream's work not done: each such block
+    active_pending_free in the final segments, none allocated again) has
+    none either, and its blocks are freed at their free_completed.
+    """
+    requested = set()
+    for e in entries:
+        if isinstance(e, dict) and e.get("action") == "free_requested":
+            requested.add(e.get("addr"))
+        elif isinstance(e, dict) and e.get("action") == "alloc" and e.get("addr") in requested:
+            return "free_requested"
+    pending = {b.get("address") for seg in (segments if isinstance(segments, list) else []) if isinstance(seg, dict)
+               for b in (seg.get("blocks") if isinstance(seg.get("blocks"), list) else [])
+               if isinstance(b, dict) and b.get("state") == "active_pending_free"}
+    return "free_completed" if requested and requested <= pending else "free_requested"
+
+
+def _replays_two_step_frees() -> bool:
+    """Whether the loaded extension knows FREE_REQUESTED; one built before it frees at free_completed alone."""
+    return getattr(_C, "replay_op_count", 0) > FREE_REQUESTED
+
+
+def _pool_id(value: Any) -> tuple[int, int] | None:
+    """A recorded pool id ((0, 0) is the default pool), or None if it is not a pair of ints."""
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64 for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+class _FinalPools:
+    """The private pool of an address, from the final segments' segment_pool_id (torch 2.11's only record)."""
+
+    def __init__(self, segments: Any) -> None:
+        spans = []
+        for seg in segments if isinstance(segments, list) else []:
+            if not isinstance(seg, dict):
+                continue
+            pool, addr, size = _pool_id(seg.get("segment_pool_id")), seg.get("address"), seg.get("total_size")
+            if pool and pool != DEFAULT_POOL and isinstance(addr, int) and isinstance(size, int):
+                spans.append((addr, addr + size, pool))
+        spans.sort()
+        self.starts = [a for a, _, _ in spans]
+        self.spans = spans
+
+    def __bool__(self) -> bool:
+        return bool(self.spans)
+
+    def pool_of(self, addr: int) -> tuple[int, int]:
+        at = bisect.bisect_right(self.starts, addr) - 1
+        if at >= 0 and addr < self.spans[at][1]:
+            return self.spans[at][2]
+        return DEFAULT_POOL
+
+
+class _Builder:
+    """One pass over a device's trace entries; see the module docstring."""
+
+    def __init__(self, name: str, device: int, skip_bad_events: bool, final_segments: Any = None) -> None:
+        self.name, self.device, self.skip = name, device, skip_bad_events
+        self.cols = _Columns()
+        self.pools: dict[tuple[int, int], int] = {DEFAULT_POOL: 0}  # pool id -> the replay's pool index
+        self.pool = 0                             # the pool index allocations go to now
+        self.final_pools = _FinalPools(final_segments)
+        self.pools_inferred = 0                   # allocations placed in a pool by their final segment
+        self.next_id = 0
+        self.live: dict[int, int] = {}            # addr -> id, blocks live now
+        self.two_step_frees = _replays_two_step_frees()
+        self.seen: set[int] = set()               # addresses with an alloc or free so far
+        self.freed_at_start: dict[int, tuple[int, int, int]] = {}  # addr -> (id, requested, entry index)
+        self.segments: dict[int, tuple[int, int]] = {}             # addr -> (size, entry index), made in the trace, live
+        self.segments_gone: set[int] = set()      # addresses of segments freed so far
+        self.start_segments: dict[int, tuple[int, int]] = {}       # addr -> (size, stream), freed before being made
+        self.reserved_delta = 0
+        self.reserved_peak = 0  # the highest reserved_delta
+        self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
+        self.pending_release_sizes: list[int] = []
+        self.pending_release_streams: list[int] = []
+        self.run_stream = 0                       # the stream of the segment that followed the run
+        self.run_private = False                  # the run released a private pool's segment (a pool that died)
+        self.run_reserved = 0                     # reserved_delta when the run began
+        self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
+        self.run_stack: tuple | None = None       # the Python stack of the run's first release (None: not recorded)
+        self.run_origin: str | None = None        # release_origin() of the run and the segment that followed it
+        # each run that a new segment followed (the allocator's retry, or the program's empty_cache():
+        # retries.py), but those the stacks give to the program and no OOM followed, replayed as its
+        # empty_cache(); new_segment holds the segment's creation (self.creations) until the end
+        self.retry_releases: list[ReleaseRun] = []
+        self.segment_after_release = False        # a segment_alloc / segment_map followed the run
+        self.oom: dict | None = None  # the first oom entry
+        self.ooms: list[dict] = []    # every oom entry
+        self.unsurvived: list[int] = []  # positions of FAILED_ALLOC ops with no alloc after them yet
+        self.empty_cache_calls = 0
+        self.bad = 0
+        self.first_bad = ""                        # the first bad entry skipped, in words
+        self.max_address = 0
+        self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
+        self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
+        # [reserved_delta before, size, the request that followed (maps; None for segment_alloc)]
+        # of every segment made: the memory fraction's lower bound (memory_limit.py)
+        self.creations: list[list] = []
+        self.maps_waiting: list[int] = []  # creations of maps whose request has not come yet
+
+    def where(self, i: int) -> str:
+        return f"{self.name}: device {self.device} entry {i}"
+
+    def bad_entry(self, i: int, what: str) -> None:
+        if not self.skip:
+            raise TraceError(f"{self.where(i)}: {what}")
+        if not self.bad:
+            self.first_bad = f"trace entry {i:,}: {what}"
+        self.bad += 1
+
+    def mark_survived(self) -> None:
+        """The program asks for memory again: it caught the OOMs before and went on."""
+        for position in self.unsurvived:
+            self.cols.ops[position] = SURVIVED_FAILED_ALLOC
+        self.unsurvived.clear()
+
+    def enter_pool(self, entry: dict, addr: int | None) -> None:
+        """Route the next allocation to its private pool (a POOL event when it changes)."""
+        pool = _pool_id(entry.get("pool_id")) if "pool_id" in entry else None
+        if pool is None and addr is not None and self.final_pools:
+            pool = self.final_pools.pool_of(addr)
+            self.pools_inferred += pool != DEFAULT_POOL
+        index = self.pools.setdefault(pool or DEFAULT_POOL, len(self.pools))
+        if index != self.pool:
+            self.pool = index
+            key = pool or DEFAULT_POOL
+            self.cols.add(POOL, index, key[0], 0, key[1])
+
+    def request_free(self, entry: dict, where: "_Where") -> None:
+        """A free_requested whose free_completed is to come: a FREE_REQUESTED event.
+
+        PyTorch's free() ends the allocation at the request (allocation,
+        allocated_bytes and oversize_allocations drop) and its free_block()
+        at free_completed, when the streams that used the block (record_stream)
+        are done with it (active, active_bytes and requested_bytes drop; the
+        block is cached). Most requests complete at once: the free_completed
+        that follows directly turns the event into a FREE. A block allocated
+        before recording began is left to its free_completed (the start state).
+        A second request of a block is the replay's bad event.
+        """
+        id_ = self.live.get(int_field(entry, "addr", where))
+        if id_ is not None:
+            self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
+
+    def inside_release(self, entry: dict, action: str, free_action: str) -> bool:
+        """A free that completes in the middle of a run of releases, under the run's own stack: PyTorch's
+        full release first completes the frees that wait on events (synchronize_and_free_events), so the
+        run goes on past it. Only where stacks are recorded (without them it may be the program's)."""
+        return (action == free_action and bool(self.pending_release) and not self.segment_after_release
+                and self.run_stack is not None and python_stack(entry) == self.run_stack)
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def settle_release(self, next_action: str | None) -> None:
+        """A run of segment releases ends: the program's empty_cache(), or the allocator's own.
+
+        Each release is in the trace (a replay that follows the recording
+        makes exactly these). For replays under other settings the run counts
+        as the program's empty_cache() unless the allocator made it itself: a
+        retry before a new segment, or the release before an out-of-memory.
+        Where the trace records stacks, a run whose stack is not the new
+        segment's is the program's (release_origin).
+        """
+        by_program = not self.segment_after_release or self.run_origin == PROGRAM
+        if self.pending_release and next_action != "oom" and by_program:
+            self.cols.insert(self.pending_release[0], EMPTY_CACHE)
+            self.empty_cache_calls += 1
+        elif self.pending_release and self.segment_after_release:
+            self.retry_releases.append(ReleaseRun(self.run_reserved, self.run_new_creation,
+                                                  list(self.pending_release_sizes), list(self.pending_release_streams),
+                                                  self.run_stream, self.run_private, self.run_origin))
+        self.pending_release.clear()
+        self.pending_release_sizes.clear()
+        self.pending_release_streams.clear()
+        self.run_private = False
+        self.run_origin = None
+        self.segment_after_release = False
+
+    def entry(self, i: int, entry: Any, free_action: str) -> None:
+        self.cols.entry = i
+        if not isinstance(entry, dict) or "action" not in entry:
+            return self.bad_entry(i, "not a trace entry (expected a dict with an 'action')")
+        action = entry["action"]
+        if not isinstance(action, str) or action not in SNAPSHOT_ACTIONS:
+            from torchmem.input_files import short_repr
+
+            return self.bad_entry(i, f"unknown action {short_repr(action)} (expected one of "
+                                     f"{', '.join(sorted(SNAPSHOT_ACTIONS))})")
+        if action in ("segment_free", "segment_unmap"):
+            if self.segment_after_release:
+                self.settle_release(action)
+            if not self.pending_release:
+                self.run_reserved = self.reserved_delta
+                self.run_stack = python_stack(entry)
+            self.pending_release.append(len(self.cols.ops))
+            self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
+            self.pending_release_streams.append(entry.get("stream") if isinstance(entry.get("stream"), int) else 0)
+            self.run_private |= _pool_id(entry.get("pool_id")) not in (None, DEFAULT_POOL)
+        elif action in ("segment_alloc", "segment_map"):
+            if self.pending_release and not self.segment_after_release:
+                self.run_new_creation = len(self.creations)
+                self.run_origin = release_origin(self.run_stack, python_stack(entry))
+                self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
+            self.segment_after_release = bool(self.pending_release)
+        elif action != "snapshot" and not (action.startswith("free") and action != free_action) \
+                and not self.inside_release(entry, action, free_action):
+            self.settle_release(action)
+        try:
+            self.dispatch(i, entry, action, free_action)
+        except TraceError as exc:
+            if not self.skip:
+                raise
+            if not self.bad:
+                self.first_bad = str(exc).removeprefix(f"{self.name}: ")
+            self.bad += 1
+            del exc
+
+    def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
+        where = _Where(self, i)  # written out only in an error: a million f-strings cost half a second
+        if action == "snapshot" or (action.startswith("free") and action != free_action):
+            if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
+                self.request_free(entry, where)
+            return
+        size = int_field(entry, "size", where)
+        stream = int_field(entry, "stream", where) if "stream" in entry else 0
+        if action == "oom":
+            if "device_free" not in entry:
+                raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
+            device_free = int_field(entry, "device_free", where)
+            self.ooms.append({"index": len(self.cols.ops), "entry": i, "size": size, "stream": stream,
+                              "device_free": device_free, "reserved_delta": self.reserved_delta})
+            self.oom = self.oom or self.ooms[-1]
+            self.mark_survived()
+            self.enter_pool(entry, None)
+            self.unsurvived.append(len(self.cols.ops))
+            self.cols.add(FAILED_ALLOC, 0, size, stream)
+            return
+        addr = int_field(entry, "addr", where)
+        self.max_address = max(self.max_address, addr + size)
+        if action == "alloc":
+            if size == 0:
+                raise TraceError(f"{where}: alloc of 0 bytes")
+            if addr in self.live:
+                raise TraceError(f"{where}: alloc at 0x{addr:x}, which is already allocated (its free is missing)")
+            id_ = self.new_id()
+            self.live[addr] = id_
+            self.seen.add(addr)
+            self.allocs.append((addr, i))
+            for k in self.maps_waiting:
+                self.creations[k][2] = size
+            self.maps_waiting.clear()
+            self.mark_survived()
+            self.enter_pool(entry, addr)
+            self.cols.add(ALLOC, id_, size, stream, addr)
+        elif action == free_action:
+            id_ = self.live.pop(addr, None)
+            if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
+                self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
+                return
+            if id_ is None:
+                if addr in self.seen:
+                    raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")
+                id_ = self.new_id()
+                self.freed_at_start[addr] = (id_, size, i)
+                self.seen.add(addr)
+            self.cols.add(FREE, id_, 0, stream)
+        elif action == "segment_alloc":
+            if addr in self.segments:
+                raise TraceError(f"{where}: segment_alloc at 0x{addr:x}, which is already a segment")
+            self.segments[addr] = (size, i)
+            self.segments_gone.discard(addr)
+            self.creations.append([self.reserved_delta, size, None])
+            self.reserved_delta += size
+            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
+            self.cols.add(SEGMENT_ADDRESS, 0, size, stream, addr)
+        elif action == "segment_free":
+            if addr in self.segments:
+                made_size, _ = self.segments.pop(addr)
+                if made_size != size:
+                    raise TraceError(f"{where}: segment_free of {size} bytes at 0x{addr:x}, made with {made_size}")
+            elif addr in self.segments_gone:
+                raise TraceError(f"{where}: segment_free of 0x{addr:x}, which was already freed")
+            else:
+                self.start_segments[addr] = (size, stream)
+            self.segments_gone.add(addr)
+            self.reserved_delta -= size
+            self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
+        elif action == "segment_map":
+            self.maps.append((action, addr, size, stream))
+            self.maps_waiting.append(len(self.creations))
+            self.creations.append([self.reserved_delta, size, 0])
+            self.reserved_delta += size
+            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
+            self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
+        elif action == "segment_unmap":
+            self.maps.append((action, addr, size, stream))
+            self.reserved_delta -= size
+            self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
