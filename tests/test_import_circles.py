@@ -10,10 +10,12 @@ What counts as an edge from module A to module B:
   or inside a function (a lazy import). A lazy import that dodges a circle
   at load time is still a circle of design: A calls B and B calls A, so
   neither can be read, tested or moved alone.
-- but not an import under ``if TYPE_CHECKING:``: it names, for annotations,
-  the type of an object a caller hands A, and runs no code of B. A module
-  that works on an object it is given (a callback, a builder) is how a lower
-  module serves a higher one without depending on it.
+- but not an import under ``if TYPE_CHECKING:`` of public names: it names,
+  for annotations, the type of an object a caller hands A, and runs no code
+  of B. A module that works on an object it is given (a callback, a public
+  type) is how a lower module serves a higher one without depending on it.
+  A type-only import of a private name (``_Builder``) counts: A then works
+  on B's insides, and the two cannot be read apart.
 - ``from torchmem.x import y`` is an edge to ``torchmem.x.y`` when that is a
   module of the package, else to ``torchmem.x`` (the module, or the
   package's ``__init__``, that defines ``y``). Relative imports are resolved
@@ -61,7 +63,8 @@ def imports_of(name: str, path: str, is_init: bool, modules: dict) -> dict[str, 
     type_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
                  for statement in block.body for node in ast.walk(statement)}
     for node in ast.walk(tree):
-        if id(node) in type_only:
+        if id(node) in type_only and not (isinstance(node, ast.ImportFrom)
+                                          and any(alias.name.startswith("_") for alias in node.names)):
             continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
@@ -151,17 +154,19 @@ def test_the_package_has_no_import_circle():
 
 
 def test_the_walk_sees_every_kind_of_import(tmp_path):
-    """The reader finds module-level, lazy and relative imports, leaves out type-only ones, and finds a circle."""
+    """The reader finds module-level, lazy and relative imports, leaves out type-only ones of public names,
+    and finds a circle."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from pkg.a import f\n")
     (pkg / "a.py").write_text("def f():\n    from pkg.sub import b\n    return b\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
-                                      "from ..c import C\n")
+                                      "    from pkg.d import _Inside\nfrom ..c import C\n")
+    (pkg / "d.py").write_text("")
     (pkg / "c.py").write_text("import pkg.a\nfrom pkg import f\n")
     modules = package_modules(str(pkg))
     graph = {name: imports_of(name, path, is_init, modules) for name, (path, is_init) in modules.items()}
-    assert graph == {"pkg": {"pkg.a": 1}, "pkg.a": {"pkg.sub.b": 2}, "pkg.sub": {}, "pkg.sub.b": {"pkg.c": 4},
-                     "pkg.c": {"pkg.a": 1, "pkg": 2}}
+    assert graph == {"pkg": {"pkg.a": 1}, "pkg.a": {"pkg.sub.b": 2}, "pkg.sub": {},
+                     "pkg.sub.b": {"pkg.d": 4, "pkg.c": 5}, "pkg.c": {"pkg.a": 1, "pkg": 2}, "pkg.d": {}}
     assert circles(graph) == [["pkg", "pkg.a", "pkg.sub.b", "pkg.c", "pkg"]]

@@ -105,7 +105,8 @@ def test_a_failed_request_reserves_the_range_a_later_one_maps(native):
 def test_without_the_offers_at_the_failure_the_range_lands_elsewhere(native, monkeypatch):
     """The offers before a failed request are what puts its range in place (the check can fail)."""
     w, path, report = native["failed-request"]
-    monkeypatch.setattr(importlib.import_module("torchmem.replay.snapshot_trace"), "failure_offers", lambda *args: [])
+    monkeypatch.setattr(importlib.import_module("torchmem.replay.snapshot_trace"), "failure_offers",
+                        lambda *args: importlib.import_module("torchmem.replay.expandable_ranges").NO_OFFERS)
     assert not sim.replay(str(path)).exact
     assert any(p.startswith("trace differs") for p in oracle.compare(path, report, w))
 

@@ -15,7 +15,8 @@ first map into a range is at its base. Two things follow for a replay:
   never mapped, is kept. A later request of the same stream and pool maps
   its first pages there, at an address the replay cannot have reserved
   then: the replay's range was reserved at the failure, before the trace
-  showed where. `failure_offers()` offers, just before each failed request,
+  showed where. `failure_offers()` finds the offers that snapshot_trace.py
+  places just before each failed request:
   the bases of the ranges of its stream and pool that the trace maps first
   later, so that a range the replay reserves at the failure lands where
   PyTorch's did. An offer the failure does not take is not a recorded
@@ -29,15 +30,14 @@ first map into a range is at its base. Two things follow for a replay:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 from torchmem import _C
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.trace_types import ALLOC, FAILED_ALLOC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
-if TYPE_CHECKING:
-    from torchmem.replay.trace_pass import _Builder
-    from torchmem.replay.start_state import StartState
+from torchmem.replay.start_state import StartState
+from torchmem.replay.trace_pass import TracePass
 
 SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
 _ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
@@ -62,26 +62,34 @@ def _overlaps(ranges: list[_Range], base: int, end: int) -> bool:
     return any(r.base < end and base < r.end for r in ranges)
 
 
-def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_page: int,
-                   ooms: list[dict[str, Any]]) -> list[tuple[int, int]]:
-    """Offers the range bases a failed request may reserve (Note [Expandable ranges in a snapshot]).
+class FailureOffers(NamedTuple):
+    """The range bases to offer before failed requests, and the floor for fresh ranges."""
 
-    Inserts SEGMENT_ADDRESS events (size 0: a range) into b's columns just
-    before each failed request, shifts the "index" of b.ooms and `ooms`
-    past them, and returns the windows (first offer, failed request) as
-    event positions, for run_chunk(). Nothing when the card's size is not
-    known (`capacity` None) or no request failed.
+    offers: list[tuple[int, list[tuple[int, int]]]]  # (position of the failed request, [(base, stream)])
+    floor: int  # fresh addresses start above it: every recorded range's end (0: no floor)
+
+
+NO_OFFERS = FailureOffers([], 0)
+
+
+def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_page: int) -> FailureOffers:
+    """The range bases a failed request may reserve (Note [Expandable ranges in a snapshot]).
+
+    For each failed request of the pass's events, the bases of the ranges of
+    its stream and pool that the trace maps first later, each to be offered
+    just before it. Nothing when the card's size is not known (`capacity`
+    None) or no request failed.
     """
-    cols = b.cols
+    cols = b.events
     if capacity is None or not any(op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC) for op in cols.ops):
-        return []
+        return NO_OFFERS
     sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
     live: list[_Range] = []
     for r in start.ranges:
         live.append(_Range(r.base, r.base + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
     events = _events(b)
     if events is None:
-        return []  # out of step with the trace (skipped bad entries): offer nothing
+        return NO_OFFERS  # out of step with the trace (skipped bad entries): offer nothing
     fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
     failures: list[tuple[int, tuple[int, int, bool], list[_Range]]] = []  # (position, key, ranges live then)
     pools = _request_pools(cols.ops, cols.ids)
@@ -108,7 +116,7 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
     # trace never maps) takes fresh addresses above the floor: above every recorded range's end, so
     # that it never stands where a recorded range is reserved later.
     ends = [base + sizes[key[2]] for key, firsts in fresh.items() for _, base in firsts]
-    b.max_address = max([b.max_address, *ends, *(r.end for r in live)])
+    floor = max([0, *ends, *(r.end for r in live)])
     inserts: list[tuple[int, list[tuple[int, int]]]] = []  # (position, [(base, stream)])
     for pos, key, live_then in failures:
         if _offer_pending(cols.ops, cols.sizes, pos):
@@ -117,25 +125,13 @@ def failure_offers(b: _Builder, start: StartState, capacity: int | None, large_p
         offers = [base for base in later if not _overlaps(live_then, base, base + sizes[key[2]])][:3]
         if offers:
             inserts.append((pos, [(base, key[1]) for base in offers]))
-    windows = []
-    shift = 0
-    for pos, offers in inserts:
-        at = pos + shift
-        for k, (base, stream) in enumerate(offers):
-            cols.insert(at + k, SEGMENT_ADDRESS)
-            cols.addrs[at + k], cols.streams[at + k] = base, stream
-        windows.append((at, at + len(offers)))
-        shift += len(offers)
-    for entries in (b.ooms, ooms):
-        for o in entries:
-            o["index"] += sum(len(offers) for pos, offers in inserts if pos <= o["index"])
-    return windows
+    return FailureOffers(inserts, floor)
 
 
-def _events(b: _Builder) -> list[tuple[int, str, int, int, int, int]] | None:
+def _events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
     """(position, action, addr, size, stream, pool) of every map and unmap, in trace order; None when the
-    columns and b.maps are out of step (skipped bad entries)."""
-    cols = b.cols
+    events and b.maps are out of step (skipped bad entries)."""
+    cols = b.events
     pools = _request_pools(cols.ops, cols.ids)
     out = []
     k = 0
@@ -206,7 +202,7 @@ def run_chunk(replayer: Any, chunk: Any, offset: int, windows: list[tuple[int, i
     return missed
 
 
-def recorded_ranges(b: _Builder, start: StartState, large_page: int) -> list[tuple[int, bool, int | None]]:
+def recorded_ranges(b: TracePass, start: StartState, large_page: int) -> list[tuple[int, bool, int | None]]:
     """Each expandable range the recording shows, without the card's size: (base, is_small, next base).
 
     `next base` is the lowest base of a range that lived at the same time

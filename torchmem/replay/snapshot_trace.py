@@ -38,10 +38,10 @@ import numpy as np
 from torchmem import _C
 from torchmem.replay.capacity import DEFAULT_CAPACITY, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
-from torchmem.replay.expandable_ranges import failure_offers, recorded_ranges
+from torchmem.replay.expandable_ranges import NO_OFFERS, FailureOffers, failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
-from torchmem.replay.trace_pass import _Builder, _free_action
-from torchmem.trace_types import Chunk, Trace, TraceError
+from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, _free_action, run_pass
+from torchmem.trace_types import CHUNK, SEGMENT_ADDRESS, Chunk, Trace, TraceError
 
 
 @dataclass
@@ -117,7 +117,7 @@ def recorded_conf(settings: Any) -> str | None:
     return ",".join(items)
 
 
-def _creation_needs(b: "_Builder", lss: int) -> list[int]:
+def _creation_needs(b: TracePass, lss: int) -> list[int]:
     """What each segment made asked of the device: its size, or for a map its request's alloc_size (at least)."""
     return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
 
@@ -183,18 +183,15 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
     free_action = "free_completed" if "free_completed" in actions else _free_action(entries, snapshot.get("segments"))
 
-    b = _Builder(name, device, skip_bad_events, snapshot.get("segments"))
-    for i, entry in enumerate(entries):
-        b.entry(i, entry, free_action)
-    b.settle_release(None)
-    start = rebuild_start_state(snapshot, b)
+    bad = BadEntries(name, device, skip_bad_events)
+    b = run_pass(entries, free_action, bad, snapshot.get("segments"))
+    start, final_end = rebuild_start_state(snapshot, b, bad)
     conf = recorded_conf(snapshot.get("allocator_settings"))
-    fix_block_sizes(start, conf or "", name, b)
+    bad.count += fix_block_sizes(start, conf or "", f"{name}: device {device}", skip_bad_events)
     capacity = capacity_from = None
     oom = None
-    ooms = [dict(o, reserved=start.reserved + o["reserved_delta"]) for o in b.ooms]
-    for o in ooms:
-        del o["reserved_delta"]
+    ooms = [{"index": o.index, "entry": o.entry, "size": o.size, "stream": o.stream, "device_free": o.device_free,
+             "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
     expandable = _C.rules.config_fields(conf or "")["expandable_segments"]
     if ooms:
         oom = ooms[0]
@@ -211,31 +208,58 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, creations, ooms)
     retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
                       for run in b.retry_releases]
-    windows = (failure_offers(b, start, capacity, large_segment_size(conf or ""), ooms)
-               if expandable else [])  # Note [Expandable ranges in a snapshot]
+    offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
+              if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
+    cols, windows = _lower(b.events, offers, ooms)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
                            peak_reserved=start.reserved + b.reserved_peak,
-                           empty_cache_calls=b.empty_cache_calls, entries=len(entries), max_address=b.max_address,
+                           empty_cache_calls=b.empty_cache_calls, entries=len(entries),
+                           max_address=max(b.max_address, final_end, offers.floor),
                            retry_releases=retry_releases, start_reserved=start.reserved,
-                           event_entries=np.asarray(b.cols.entries, dtype=np.int64), device_choice=choice.describe())
+                           event_entries=cols[5], device_choice=choice.describe())
     notes = []
     if fraction_from == "inferred":
         notes.append(f"a memory fraction of {conf_fraction(conf):.4g} (the highest that makes the recording's refusals; "
                      "a snapshot does not record one set by torch.cuda.set_per_process_memory_fraction)")
     if b.pools_inferred:
-        pools = len(b.pools) - 1
+        pools = b.pools - 1
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
                      "no pool_id in its trace, so each allocation's pool comes from the final segment that holds it; "
                      "allocations in segments freed before the end are replayed in the default pool")
-    if b.bad:
-        notes.append(f"skipped {b.bad} bad trace entries" + (f" (first: {b.first_bad})" if b.first_bad else ""))
+    if bad.count:
+        notes.append(f"skipped {bad.count} bad trace entries" + (f" (first: {bad.first})" if bad.first else ""))
     notes += start.notes
-    cols = b.cols
+    ops, ids, sizes, streams, addrs = cols[:5]
 
     def factory() -> Iterator[Chunk]:
-        return cols.chunks()
+        for lo in range(0, len(ops), CHUNK):
+            hi = lo + CHUNK
+            yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
-    return Trace(name, factory, total=len(cols.ops), notes=notes, start=start, recorded=recorded,
-                 range_windows=windows, skipped_lines=b.bad, first_skipped=b.first_bad)
+    return Trace(name, factory, total=len(ops), notes=notes, start=start, recorded=recorded,
+                 range_windows=windows, skipped_lines=bad.count, first_skipped=bad.first)
+
+
+def _lower(events: PassEvents, offers: FailureOffers, ooms: list[dict]) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+    """The replay's event columns (ops, ids, sizes, streams, addrs, entries as numpy arrays): the pass's
+    events with each failure offer placed just before its failed request (a SEGMENT_ADDRESS of size 0, at
+    the request's entry). Shifts each oom's "index" past the offers before it; returns the columns and
+    the windows (first offer, failed request) as event positions, for run_chunk()."""
+    columns = [events.ops, events.ids, events.sizes, events.streams, events.addrs, events.entries]
+    windows = []
+    if offers.offers:
+        columns = [list(c) for c in columns]
+        shift = 0
+        for pos, bases in offers.offers:
+            at = pos + shift
+            rows = [(SEGMENT_ADDRESS, 0, 0, stream, base, events.entries[pos]) for base, stream in bases]
+            for column, values in zip(columns, zip(*rows)):
+                column[at:at] = values
+            windows.append((at, at + len(bases)))
+            shift += len(bases)
+        for o in ooms:
+            o["index"] += sum(len(bases) for pos, bases in offers.offers if pos <= o["index"])
+    dtypes = (np.uint8, np.uint64, np.uint64, np.uint64, np.uint64, np.int64)
+    return [np.asarray(c, dtype=t) for c, t in zip(columns, dtypes)], windows

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
+from torchmem.replay.trace_pass import TracePass
 from torchmem.trace_types import TraceError
-
-if TYPE_CHECKING:
-    from torchmem.replay.trace_pass import _Builder
 
 
 @dataclass
@@ -131,8 +129,9 @@ class _Ranges:
         return list(zip(self.starts, self.ends))
 
 
-def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
-    """Segments and live blocks when recording began, from the pass and the final segments."""
+def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, str], None]) -> tuple[StartState, int]:
+    """Segments and live blocks when recording began, from the pass and the final segments, and the highest
+    address the final segments reach. A final segment that contradicts the trace goes to `bad_entry` (entry, what)."""
     start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False] for a, (s, st) in b.start_segments.items()}
     survivors: dict[int, tuple[int, int]] = {}  # addr -> (size, requested): live at start and at the end
     still_made = dict(b.segments)
@@ -142,6 +141,7 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     segments = snapshot.get("segments")
     if not isinstance(segments, list):
         raise TraceError(f"{b.name}: no segments list")
+    highest = 0
     for n, seg in enumerate(segments):
         where = f"{b.name}: segment {n}"
         if not isinstance(seg, dict):
@@ -149,13 +149,13 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
         if seg.get("device", b.device) != b.device:
             continue
         addr, size = int_field(seg, "address", where), int_field(seg, "total_size", where)
-        b.max_address = max(b.max_address, addr + size)
+        highest = max(highest, addr + size)
         blocks = seg.get("blocks")
         if not isinstance(blocks, list):
             raise TraceError(f"{where}: blocks must be a list")
         made = still_made.pop(addr, None)
         if made is not None and made[0] != size and not seg.get("is_expandable"):
-            b.bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
+            bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
         expandable = bool(seg.get("is_expandable"))
         stream = int_field(seg, "stream", where) if "stream" in seg else 0
         if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
@@ -173,10 +173,10 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
                 if live_at_end.pop(baddr, None) is not None:
                     continue
                 if baddr in b.seen:
-                    b.bad_entry(len(b.cols.ops), f"the final segments show 0x{baddr:x} allocated, but the trace frees it last")
+                    bad_entry(len(b.events), f"the final segments show 0x{baddr:x} allocated, but the trace frees it last")
                     continue
                 if made is not None:
-                    b.bad_entry(made[1], f"the final segments show 0x{baddr:x} allocated in a segment the trace made, "
+                    bad_entry(made[1], f"the final segments show 0x{baddr:x} allocated in a segment the trace made, "
                                          "but the trace never allocates it")
                     continue
                 survivors[baddr] = (int_field(block, "size", bwhere), int_field(block, "requested_size", bwhere)
@@ -195,10 +195,10 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
         stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % LARGE_PAGE != 0))
         start_segments[start] = [end - start, stream, is_small, True]
     for addr, id_ in live_at_end.items():
-        b.bad_entry(len(b.cols.ops), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
+        bad_entry(len(b.events), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
                                      "show no live block there")
     for addr, (_, i) in still_made.items():
-        b.bad_entry(i, f"segment_alloc at 0x{addr:x}, a segment the trace never frees, is missing from the final segments")
+        bad_entry(i, f"segment_alloc at 0x{addr:x}, a segment the trace never frees, is missing from the final segments")
 
     state = StartState()
     order = sorted(start_segments)
@@ -212,17 +212,18 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     blocks: list[tuple[int, int, int, int | None]] = [(a, 0, req, id_) for a, (id_, req, _) in b.freed_at_start.items()]
     blocks += [(a, size, req, None) for a, (size, req) in survivors.items()]
     blocks.sort()
+    next_id = b.next_id
     sizes = _sizes_from_later_allocs(blocks, order, by_addr, b)
     for (addr, size, requested, id_), known in zip(blocks, sizes):
         size = size or known
         k = bisect.bisect_right(order, addr) - 1
         seg = by_addr.get(order[k]) if k >= 0 else None
         if seg is None or addr >= seg.addr + seg.size:
-            entry = b.freed_at_start.get(addr, (0, 0, len(b.cols.ops)))[2]
-            b.bad_entry(entry, f"a block at 0x{addr:x}, live when recording began, lies in no segment that existed then")
+            entry = b.freed_at_start.get(addr, (0, 0, len(b.events)))[2]
+            bad_entry(entry, f"a block at 0x{addr:x}, live when recording began, lies in no segment that existed then")
             continue
         if id_ is None:
-            id_ = b.new_id()
+            id_, next_id = next_id, next_id + 1
         seg.blocks.append((addr, size, requested))
         seg.ids.append(id_)
     # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
@@ -231,7 +232,7 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
     capacity = None
     if b.ooms:  # the card's memory: what PyTorch held at the first OOM plus what the card still had free
         held = sum(size for size, *_ in start_segments.values())
-        capacity = held + b.ooms[0]["reserved_delta"] + b.ooms[0]["device_free"]
+        capacity = held + b.ooms[0].reserved_delta + b.ooms[0].device_free
     ranges: list[StartRange] = []
     for addr in expandable_runs:
         run = by_addr.pop(addr)
@@ -248,7 +249,7 @@ def rebuild_start_state(snapshot: dict, b: _Builder) -> StartState:
         _fit_between(ranges, capacity)
     state.segments = [by_addr[a] for a in order if a in by_addr]
     state.ranges = ranges
-    return state
+    return state, highest
 
 
 def _first_unmaps(runs: list[tuple[int, int]], maps: list[tuple[str, int, int, int]]) -> list[tuple[int, bool] | None]:
@@ -291,7 +292,7 @@ def _fit_between(ranges: list[StartRange], capacity: int) -> None:
         previous_end = r.base + size
 
 
-def _lower_bases(ranges: list[StartRange], b: _Builder) -> None:
+def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
     """Lowers each start range's base to the lowest page the trace maps in it before giving it back.
 
     A map below a live start range of its stream and pool, with no other
@@ -327,7 +328,7 @@ def _lower_bases(ranges: list[StartRange], b: _Builder) -> None:
         mapped[id(fresh)] = size
 
 
-def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _Builder) -> list[int]:
+def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: TracePass) -> list[int]:
     """Exact sizes of blocks live at the start and freed later, where the trace shows them (0 elsewhere).
 
     At the start, the space after such a block X, up to the next live block,
@@ -347,7 +348,7 @@ def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _
         limit = seg.addr + seg.size if seg else addr
         if n + 1 < len(blocks):
             limit = min(limit, blocks[n + 1][0])
-        freed_at = b.freed_at_start[addr][2] if addr in b.freed_at_start else len(b.cols.ops)
+        freed_at = b.freed_at_start[addr][2] if addr in b.freed_at_start else len(b.events)
         first = None
         for j in range(bisect.bisect_right(alloc_addrs, addr), bisect.bisect_left(alloc_addrs, limit)):
             a, i = allocs[j]
@@ -357,9 +358,15 @@ def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: _
     return out
 
 
-def fix_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> None:
+def fix_block_sizes(start: StartState, conf: str, where: str, skip: bool) -> int:
     """Fixes the sizes still unknown (0) by the recorded settings' rules, once: a replay under
-    other settings must start from the blocks the recorded ones made."""
+    other settings must start from the blocks the recorded ones made.
+
+    A segment whose blocks the rules cannot place raises TraceError naming
+    `where` ("FILE: device D"); with `skip` its blocks are dropped instead,
+    and the count of such segments is returned.
+    """
+    dropped = 0
     from torchmem import _C
 
     for r in list(start.ranges):
@@ -384,10 +391,11 @@ def fix_block_sizes(start: StartState, conf: str, name: str, b: _Builder) -> Non
         try:
             probe.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
         except ValueError as exc:
-            if not b.skip:
-                raise TraceError(f"{name}: device {b.device}: the state when recording began: {exc}") from None
-            b.bad += 1
+            if not skip:
+                raise TraceError(f"{where}: the state when recording began: {exc}") from None
+            dropped += 1
             seg.blocks, seg.ids = [], []
             continue
         sizes = {blk["address"]: blk["size"] for s in probe.segments() for blk in s["blocks"] if blk["allocated"]}
         seg.blocks = [(addr, sizes[addr], requested) for addr, _, requested in seg.blocks]
+    return dropped

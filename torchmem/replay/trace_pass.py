@@ -12,17 +12,95 @@ as PyTorch counts it (_Builder.request_free).
 from __future__ import annotations
 
 import bisect
-from typing import Any, Iterator
-
-import numpy as np
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, NamedTuple
 
 from torchmem import _C
 from torchmem.replay.entries import int_field
 from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
-from torchmem.trace_types import (ALLOC, CHUNK, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
-                                  SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, Chunk, TraceError)
+from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
+                                  SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, TraceError)
 
 DEFAULT_POOL = (0, 0)
+
+
+class BadEntries:
+    """Raises a bad entry's TraceError, or under skip_bad_events counts it and keeps the first in words."""
+
+    def __init__(self, name: str, device: int, skip: bool) -> None:
+        self.name, self.device, self.skip = name, device, skip
+        self.count = 0
+        self.first = ""  # the first bad entry skipped, in words
+
+    def where(self, i: int) -> str:
+        return f"{self.name}: device {self.device} entry {i}"
+
+    def __call__(self, i: int, what: str) -> None:
+        if not self.skip:
+            raise TraceError(f"{self.where(i)}: {what}")
+        if not self.count:
+            self.first = f"trace entry {i:,}: {what}"
+        self.count += 1
+
+    def caught(self, exc: TraceError) -> None:
+        """An entry whose reading raised `exc`, under skip_bad_events."""
+        if not self.count:
+            self.first = str(exc).removeprefix(f"{self.name}: ")
+        self.count += 1
+
+
+class OomEntry(NamedTuple):
+    """An oom entry of the trace."""
+
+    index: int           # the position of its FAILED_ALLOC event
+    entry: int           # its trace entry
+    size: int            # the request refused
+    stream: int
+    device_free: int     # the bytes the card still had free
+    reserved_delta: int  # reserved then, less what was reserved when recording began
+
+
+@dataclass(frozen=True)
+class PassEvents:
+    """The replay's event columns the pass wrote, one row per event (trace_types.Chunk's columns)."""
+
+    ops: tuple[int, ...]
+    ids: tuple[int, ...]
+    sizes: tuple[int, ...]
+    streams: tuple[int, ...]
+    addrs: tuple[int, ...]
+    entries: tuple[int, ...]  # the trace entry each event comes from
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+
+@dataclass(frozen=True)
+class TracePass:
+    """What one pass over a device's trace entries wrote and saw; the steps after it only read it."""
+
+    name: str
+    device: int
+    events: PassEvents
+    start_segments: Mapping[int, tuple[int, int]]       # addr -> (size, stream): freed before being made
+    segments: Mapping[int, tuple[int, int]]             # addr -> (size, entry): made in the trace, live at the end
+    live: Mapping[int, int]                             # addr -> id: blocks live at the end
+    seen: frozenset[int]                                # addresses with an alloc or free
+    freed_at_start: Mapping[int, tuple[int, int, int]]  # addr -> (id, requested, entry): freed, never allocated
+    maps: tuple[tuple[str, int, int, int], ...]         # (action, addr, size, stream) of every map and unmap
+    allocs: tuple[tuple[int, int], ...]                 # (addr, entry) of every alloc
+    ooms: tuple[OomEntry, ...]
+    # (reserved_delta before, size, the request that followed: maps; None for segment_alloc) of every
+    # segment made: the memory fraction's lower bound (memory_limit.py)
+    creations: tuple[tuple[int, int, int | None], ...]
+    retry_releases: tuple[ReleaseRun, ...]              # runs a new segment followed; new_segment: its creation
+    max_address: int                                    # the highest address the trace reaches
+    reserved_peak: int                                  # the highest reserved_delta
+    empty_cache_calls: int
+    next_id: int                                        # the first id the pass did not give out
+    pools: int                                          # pools met, the default one included
+    pools_inferred: int                                 # allocations placed in a pool by their final segment
 
 class _Columns:
     def __init__(self) -> None:
@@ -47,26 +125,17 @@ class _Columns:
         self.streams.append(stream)
         self.addrs.append(addr)
 
-    def chunks(self) -> Iterator[Chunk]:
-        ops = np.asarray(self.ops, dtype=np.uint8)
-        ids = np.asarray(self.ids, dtype=np.uint64)
-        sizes = np.asarray(self.sizes, dtype=np.uint64)
-        streams = np.asarray(self.streams, dtype=np.uint64)
-        addrs = np.asarray(self.addrs, dtype=np.uint64)
-        for lo in range(0, len(ops), CHUNK):
-            hi = lo + CHUNK
-            yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
 class _Where:
     """'FILE: device D entry I', made when an error message needs it."""
 
-    __slots__ = ("builder", "i")
+    __slots__ = ("bad", "i")
 
-    def __init__(self, builder: "_Builder", i: int) -> None:
-        self.builder, self.i = builder, i
+    def __init__(self, bad: BadEntries, i: int) -> None:
+        self.bad, self.i = bad, i
 
     def __str__(self) -> str:
-        return self.builder.where(self.i)
+        return self.bad.where(self.i)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
@@ -134,8 +203,8 @@ class _FinalPools:
 class _Builder:
     """One pass over a device's trace entries; see the module docstring."""
 
-    def __init__(self, name: str, device: int, skip_bad_events: bool, final_segments: Any = None) -> None:
-        self.name, self.device, self.skip = name, device, skip_bad_events
+    def __init__(self, bad_entry: BadEntries, final_segments: Any = None) -> None:
+        self.bad_entry = bad_entry  # raises or counts a bad entry
         self.cols = _Columns()
         self.pools: dict[tuple[int, int], int] = {DEFAULT_POOL: 0}  # pool id -> the replay's pool index
         self.pool = 0                             # the pool index allocations go to now
@@ -165,12 +234,9 @@ class _Builder:
         # empty_cache(); new_segment holds the segment's creation (self.creations) until the end
         self.retry_releases: list[ReleaseRun] = []
         self.segment_after_release = False        # a segment_alloc / segment_map followed the run
-        self.oom: dict | None = None  # the first oom entry
-        self.ooms: list[dict] = []    # every oom entry
+        self.ooms: list[OomEntry] = []
         self.unsurvived: list[int] = []  # positions of FAILED_ALLOC ops with no alloc after them yet
         self.empty_cache_calls = 0
-        self.bad = 0
-        self.first_bad = ""                        # the first bad entry skipped, in words
         self.max_address = 0
         self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
         self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
@@ -178,16 +244,6 @@ class _Builder:
         # of every segment made: the memory fraction's lower bound (memory_limit.py)
         self.creations: list[list] = []
         self.maps_waiting: list[int] = []  # creations of maps whose request has not come yet
-
-    def where(self, i: int) -> str:
-        return f"{self.name}: device {self.device} entry {i}"
-
-    def bad_entry(self, i: int, what: str) -> None:
-        if not self.skip:
-            raise TraceError(f"{self.where(i)}: {what}")
-        if not self.bad:
-            self.first_bad = f"trace entry {i:,}: {what}"
-        self.bad += 1
 
     def mark_survived(self) -> None:
         """The program asks for memory again: it caught the OOMs before and went on."""
@@ -291,15 +347,13 @@ class _Builder:
         try:
             self.dispatch(i, entry, action, free_action)
         except TraceError as exc:
-            if not self.skip:
+            if not self.bad_entry.skip:
                 raise
-            if not self.bad:
-                self.first_bad = str(exc).removeprefix(f"{self.name}: ")
-            self.bad += 1
+            self.bad_entry.caught(exc)
             del exc
 
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
-        where = _Where(self, i)  # written out only in an error: a million f-strings cost half a second
+        where = _Where(self.bad_entry, i)  # written out only in an error: a million f-strings cost half a second
         if action == "snapshot" or (action.startswith("free") and action != free_action):
             if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
                 self.request_free(entry, where)
@@ -310,9 +364,7 @@ class _Builder:
             if "device_free" not in entry:
                 raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
             device_free = int_field(entry, "device_free", where)
-            self.ooms.append({"index": len(self.cols.ops), "entry": i, "size": size, "stream": stream,
-                              "device_free": device_free, "reserved_delta": self.reserved_delta})
-            self.oom = self.oom or self.ooms[-1]
+            self.ooms.append(OomEntry(len(self.cols.ops), i, size, stream, device_free, self.reserved_delta))
             self.mark_survived()
             self.enter_pool(entry, None)
             self.unsurvived.append(len(self.cols.ops))
@@ -379,3 +431,27 @@ class _Builder:
             self.maps.append((action, addr, size, stream))
             self.reserved_delta -= size
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
+
+    def result(self) -> TracePass:
+        """The pass, done: what it wrote and saw, frozen."""
+        c = self.cols
+        events = PassEvents(tuple(c.ops), tuple(c.ids), tuple(c.sizes), tuple(c.streams), tuple(c.addrs),
+                            tuple(c.entries))
+        return TracePass(
+            name=self.bad_entry.name, device=self.bad_entry.device, events=events,
+            start_segments=MappingProxyType(self.start_segments), segments=MappingProxyType(self.segments),
+            live=MappingProxyType(self.live), seen=frozenset(self.seen),
+            freed_at_start=MappingProxyType(self.freed_at_start), maps=tuple(self.maps), allocs=tuple(self.allocs),
+            ooms=tuple(self.ooms), creations=tuple((a, b, c) for a, b, c in self.creations),
+            retry_releases=tuple(self.retry_releases), max_address=self.max_address,
+            reserved_peak=self.reserved_peak, empty_cache_calls=self.empty_cache_calls, next_id=self.next_id,
+            pools=len(self.pools), pools_inferred=self.pools_inferred)
+
+
+def run_pass(entries: list, free_action: str, bad_entry: BadEntries, final_segments: Any = None) -> TracePass:
+    """One pass over a device's trace entries; a bad entry goes to `bad_entry` (raised, or counted)."""
+    b = _Builder(bad_entry, final_segments)
+    for i, entry in enumerate(entries):
+        b.entry(i, entry, free_action)
+    b.settle_release(None)
+    return b.result()
