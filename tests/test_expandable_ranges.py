@@ -1,4 +1,4 @@
-"""The card's size behind expandable ranges, and the runner's accounting of the offers at failed requests.
+"""The card's size behind expandable ranges, and the replayer's accounting of the offers at failed requests.
 
 PyTorch reserves an expandable range of 9/8 of the card rounded up to the
 page (2 MiB small, 20 MiB large). The expected sizes here come from that
@@ -8,12 +8,11 @@ MiB) are those the fake GPU's native runs show
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from torchmem import _C
 from torchmem.replay.capacity import expandable_capacity, largest_capacity_within, range_size
-from torchmem.replay.expandable_ranges import run_chunk
+from torchmem.trace_types import ALLOC, RANGE_OFFER, SEGMENT_ADDRESS
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -54,40 +53,28 @@ def test_no_range_above_another_tells_nothing():
     assert expandable_capacity([(0, False, 100 * GiB)], 80 * GiB) is None  # the default's ranges fit
 
 
-@dataclass
-class Chunk:
-    ops: np.ndarray
-    ids: np.ndarray
-    sizes: np.ndarray
-    streams: np.ndarray
-    addrs: np.ndarray
+def follow(conf: str, ops: list[int], sizes: list[int], addrs: list[int]) -> tuple[dict, list[int]]:
+    """A replay that follows a recording of these events on a 1 GiB card: its fidelity, and where each id landed."""
+    replayer = _C.Replayer(GiB, 0, conf, 1, False, True)
+    n = len(ops)
+    replayer.run(np.array(ops, dtype=np.uint8), np.arange(n, dtype=np.uint64), np.array(sizes, dtype=np.uint64),
+                 np.zeros(n, dtype=np.uint64), np.array(addrs, dtype=np.uint64))
+    placed = [b["address"] for s in replayer.segments() for b in s["blocks"] if b["allocated"]]
+    return replayer.fidelity, placed
 
 
-class CountingReplayer:
-    """Runs nothing; settles every offer of a run as missed, and records the runs it was given."""
-
-    def __init__(self) -> None:
-        self.fidelity = {"segments_missed": 0}
-        self.runs: list[tuple[int, int]] = []
-        self.events = 0
-        self.stopped = False
-
-    def run(self, ops, ids, sizes, streams, addrs) -> int:
-        self.runs.append((self.events, self.events + len(ops)))
-        self.fidelity["segments_missed"] += int(np.sum(ops == 3))
-        self.events += len(ops)
-        return len(ops)
+BASE = 64 * GiB  # above any address the simulated device hands out by itself
 
 
-def test_run_chunk_counts_the_offers_missed_inside_windows_only():
-    ops = np.array([0, 3, 0, 3, 3, 4, 1, 3, 0], dtype=np.uint8)  # offers at 3, 4 before the failure at 5
-    zeros = np.zeros(len(ops), dtype=np.uint64)
-    chunk = Chunk(ops, zeros, zeros, zeros, zeros)
-    replayer = CountingReplayer()
-    missed = run_chunk(replayer, chunk, 0, [(3, 5)])
-    assert missed == 2 and replayer.fidelity["segments_missed"] == 4  # the other two are the trace's own
-    assert replayer.runs == [(0, 3), (3, 6), (6, 9)]  # every event once, in order
-    # A window that begins in the chunk before: only its part in this chunk is this chunk's.
-    replayer = CountingReplayer()
-    replayer.events = 100
-    assert run_chunk(replayer, chunk, 100, [(97, 101)]) == 1 and replayer.runs[0] == (100, 102)
+def test_a_range_offer_left_untaken_is_not_a_recorded_segment_missed():
+    """A failed request's range offers are guesses (Note [Expandable ranges in a snapshot]); a recorded
+    segment address left untaken is a miss. Fixed segments take neither kind of offer of a range."""
+    guess, _ = follow("", [RANGE_OFFER, ALLOC], [0, MiB], [BASE, 0])
+    recorded, _ = follow("", [SEGMENT_ADDRESS, ALLOC], [0, MiB], [BASE, 0])
+    assert guess["segments_missed"] == 0 and guess["segments_followed"] == 0
+    assert recorded["segments_missed"] == 1
+
+
+def test_a_range_offer_taken_puts_the_range_there_and_counts_as_followed():
+    fidelity, placed = follow("expandable_segments:True", [RANGE_OFFER, ALLOC], [0, MiB], [BASE, 0])
+    assert placed == [BASE] and fidelity["segments_followed"] == 1 and fidelity["segments_missed"] == 0

@@ -24,7 +24,7 @@ _OPS: dict[str, int] = _C.rules.REPLAY_OPS
 ALLOC, FREE = _OPS["ALLOC"], _OPS["FREE"]
 EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC = _OPS["EMPTY_CACHE"], _OPS["SEGMENT_ADDRESS"], _OPS["FAILED_ALLOC"]
 RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = _OPS["RELEASE_SEGMENT"], _OPS["SURVIVED_FAILED_ALLOC"]
-POOL, FREE_REQUESTED = _OPS["POOL"], _OPS["FREE_REQUESTED"]
+POOL, FREE_REQUESTED, RANGE_OFFER = _OPS["POOL"], _OPS["FREE_REQUESTED"], _OPS["RANGE_OFFER"]
 CHUNK = 1 << 16
 
 # Actions of PyTorch's device_traces, and what replay does with each.
@@ -69,7 +69,6 @@ class Trace:
     notes: list[str] = field(default_factory=list)
     start: Any = None     # replay.snapshot_trace.StartState: memory when recording began (snapshots)
     recorded: Any = None  # replay.snapshot_trace.RecordedRun: settings, capacity, OOM (snapshots)
-    range_windows: Any = None  # replay.expandable_ranges' offer windows for expandable ranges (snapshots)
     skipped_lines: int = 0     # bad lines or entries skipped (skip_bad_events); a JSON-lines file's once read
     first_skipped: str = ""    # the first of them, named
 

@@ -52,6 +52,7 @@ void bind_rules(py::module_& m) {
   ops["SURVIVED_FAILED_ALLOC"] = static_cast<int>(ReplayOp::kSurvivedFailedAlloc);
   ops["POOL"] = static_cast<int>(ReplayOp::kPool);
   ops["FREE_REQUESTED"] = static_cast<int>(ReplayOp::kFreeRequested);
+  ops["RANGE_OFFER"] = static_cast<int>(ReplayOp::kRangeOffer);
   rules.attr("REPLAY_OPS") = ops;
 }
 

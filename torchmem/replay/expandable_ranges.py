@@ -15,13 +15,12 @@ first map into a range is at its base. Two things follow for a replay:
   never mapped, is kept. A later request of the same stream and pool maps
   its first pages there, at an address the replay cannot have reserved
   then: the replay's range was reserved at the failure, before the trace
-  showed where. `failure_offers()` finds the offers that snapshot_trace.py
-  places just before each failed request:
-  the bases of the ranges of its stream and pool that the trace maps first
-  later, so that a range the replay reserves at the failure lands where
-  PyTorch's did. An offer the failure does not take is not a recorded
-  address missed: the runner takes such misses out of the fidelity
-  (`run_chunk()`).
+  showed where. `failure_offers()` finds, for each failed request, the
+  bases of the ranges of its stream and pool that the trace maps first
+  later; snapshot_trace.py places them just before the request as
+  RANGE_OFFER events, so that a range the replay reserves at the failure
+  lands where PyTorch's did. The replayer does not count an offer the
+  failure leaves as a recorded address missed (kRangeOffer, replayer.h).
 - A range that existed when recording began may be given back during the
   trace and its addresses reused by another stream's range; the start state
   groups the pages mapped then by the range that held them at that moment
@@ -30,7 +29,7 @@ first map into a range is at its base. Two things follow for a replay:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from torchmem import _C
 from torchmem.replay.capacity import SMALL_PAGE, range_size
@@ -175,31 +174,6 @@ def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
         if ops[k] == SEGMENT_ADDRESS:
             return True
     return False
-
-
-def run_chunk(replayer: Any, chunk: Any, offset: int, windows: list[tuple[int, int]]) -> int:
-    """Runs one chunk of events starting at event `offset`; returns the offers missed inside `windows`.
-
-    Each window holds offers of failure_offers() and the failed request
-    after them, and no other request: the offers it settles as missed are
-    those, which the fidelity must not count as recorded addresses missed.
-    """
-    n = len(chunk.ops)
-    cuts = {0, n}
-    for lo, hi in windows:
-        cuts.update(c for c in (lo - offset, hi + 1 - offset) if 0 < c < n)
-    cuts = sorted(cuts)
-    missed = 0
-    for lo, hi in zip(cuts, cuts[1:]):
-        inside = any(w_lo <= offset + lo and offset + hi - 1 <= w_hi for w_lo, w_hi in windows)
-        before = replayer.fidelity["segments_missed"] if inside else 0
-        replayer.run(chunk.ops[lo:hi], chunk.ids[lo:hi], chunk.sizes[lo:hi], chunk.streams[lo:hi],
-                     chunk.addrs[lo:hi])
-        if inside:
-            missed += replayer.fidelity["segments_missed"] - before
-        if replayer.stopped:
-            break
-    return missed
 
 
 def recorded_ranges(b: TracePass, start: StartState, large_page: int) -> list[tuple[int, bool, int | None]]:

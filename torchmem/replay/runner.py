@@ -27,7 +27,6 @@ import numpy as np
 
 from torchmem import _C
 from torchmem.replay.retries import replay_retries
-from torchmem.replay.expandable_ranges import run_chunk
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
@@ -303,14 +302,9 @@ def replay(
                         f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 raise TraceError(f"{trace.name}: start state: {exc}") from None
     start = time.perf_counter()
-    windows = trace.range_windows if follow_recording else None
-    offers_not_missed = 0  # offers for ranges a failed request may reserve (replay/expandable_ranges.py)
     for chunk in trace.chunks():
         try:
-            if windows:
-                offers_not_missed += run_chunk(replayer, chunk, replayer.events, windows)
-            else:
-                replayer.run(chunk.ops, chunk.ids, chunk.sizes, chunk.streams, chunk.addrs)
+            replayer.run(chunk.ops, chunk.ids, chunk.sizes, chunk.streams, chunk.addrs)
         except ValueError as exc:
             raise TraceError(f"{trace.name}: {exc}") from None
         if progress:
@@ -324,8 +318,6 @@ def replay(
         stats["num_alloc_retries"] += replay_retries(recorded, conf, capacity, card_known=capacity_source == "oom")
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
-    if fidelity is not None:
-        fidelity["segments_missed"] -= offers_not_missed
     survived = replayer.recorded_ooms
     if recorded is not None:
         for o in survived + ([oom] if oom is not None else []):

@@ -41,7 +41,7 @@ from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction,
 from torchmem.replay.expandable_ranges import NO_OFFERS, FailureOffers, failure_offers, recorded_ranges
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, _free_action, run_pass
-from torchmem.trace_types import CHUNK, SEGMENT_ADDRESS, Chunk, Trace, TraceError
+from torchmem.trace_types import CHUNK, RANGE_OFFER, Chunk, Trace, TraceError
 
 
 @dataclass
@@ -210,7 +210,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                       for run in b.retry_releases]
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
-    cols, windows = _lower(b.events, offers, ooms)
+    cols = _lower(b.events, offers, ooms)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
@@ -239,27 +239,24 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
     return Trace(name, factory, total=len(ops), notes=notes, start=start, recorded=recorded,
-                 range_windows=windows, skipped_lines=bad.count, first_skipped=bad.first)
+                 skipped_lines=bad.count, first_skipped=bad.first)
 
 
-def _lower(events: PassEvents, offers: FailureOffers, ooms: list[dict]) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
+def _lower(events: PassEvents, offers: FailureOffers, ooms: list[dict]) -> list[np.ndarray]:
     """The replay's event columns (ops, ids, sizes, streams, addrs, entries as numpy arrays): the pass's
-    events with each failure offer placed just before its failed request (a SEGMENT_ADDRESS of size 0, at
-    the request's entry). Shifts each oom's "index" past the offers before it; returns the columns and
-    the windows (first offer, failed request) as event positions, for run_chunk()."""
+    events with each failure offer placed just before its failed request (a RANGE_OFFER, at the request's
+    entry). Shifts each oom's "index" past the offers before it."""
     columns = [events.ops, events.ids, events.sizes, events.streams, events.addrs, events.entries]
-    windows = []
     if offers.offers:
         columns = [list(c) for c in columns]
         shift = 0
         for pos, bases in offers.offers:
             at = pos + shift
-            rows = [(SEGMENT_ADDRESS, 0, 0, stream, base, events.entries[pos]) for base, stream in bases]
+            rows = [(RANGE_OFFER, 0, 0, stream, base, events.entries[pos]) for base, stream in bases]
             for column, values in zip(columns, zip(*rows)):
                 column[at:at] = values
-            windows.append((at, at + len(bases)))
             shift += len(bases)
         for o in ooms:
             o["index"] += sum(len(bases) for pos, bases in offers.offers if pos <= o["index"])
     dtypes = (np.uint8, np.uint64, np.uint64, np.uint64, np.uint64, np.int64)
-    return [np.asarray(c, dtype=t) for c, t in zip(columns, dtypes)], windows
+    return [np.asarray(c, dtype=t) for c, t in zip(columns, dtypes)]

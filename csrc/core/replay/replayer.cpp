@@ -223,9 +223,10 @@ void Replayer::sample(int64_t allocated, int64_t reserved) {
 }
 
 void Replayer::settle_offers() {
-  if (!offers_pending_) return;
-  offers_pending_ = false;
-  fidelity_.segments_missed += device_->take_unused_offers();
+  if (!offers_pending_ && !range_offers_pending_) return;
+  const size_t unused = device_->take_unused_offers();
+  if (offers_pending_) fidelity_.segments_missed += unused;  // a kRangeOffer's base was a guess
+  offers_pending_ = range_offers_pending_ = false;
 }
 
 void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op) {
@@ -311,6 +312,12 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         if (follow_recording_ && addrs && addrs[i]) {
           device_->offer(addrs[i], sizes[i]);
           offers_pending_ = true;
+        }
+        break;
+      case ReplayOp::kRangeOffer:
+        if (follow_recording_ && addrs && addrs[i]) {
+          device_->offer(addrs[i], 0);
+          range_offers_pending_ = true;
         }
         break;
       case ReplayOp::kPool:

@@ -33,6 +33,12 @@
 //                   out of the cache until the kFree of `id` (free_completed:
 //                   complete_free). A policy without a two-step free frees it
 //                   at the kFree (DeviceAllocator's defaults)
+//   kRangeOffer     a base an expandable range may be reserved at by the
+//                   failed request that follows (Note [Expandable ranges in a
+//                   snapshot], torchmem/replay/expandable_ranges.py): offered
+//                   as a kSegmentAddress of size 0, but the recording did not
+//                   reserve it there, so an offer not taken is not a recorded
+//                   segment missed (ReplayFidelity::segments_missed)
 // Note [Private pools in the replay]
 // As PyTorch's graph_pools: each private pool (a CUDA graph's, a
 // torch.cuda.MemPool's) is an allocator of its own under the same config
@@ -96,6 +102,7 @@ enum class ReplayOp : uint8_t {
   kSurvivedFailedAlloc = 6,
   kPool = 7,
   kFreeRequested = 8,
+  kRangeOffer = 9,
 };
 
 using ReplayPoolId = std::pair<uint64_t, uint64_t>;
@@ -214,7 +221,8 @@ class Replayer {
   uint64_t sample_every_;
   bool skip_bad_events_;
   bool follow_recording_;
-  bool offers_pending_ = false;
+  bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
+  bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
   uint64_t events_ = 0;
   uint64_t skipped_ = 0;
   int64_t window_allocated_ = 0;
