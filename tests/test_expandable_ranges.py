@@ -1,4 +1,4 @@
-"""The card's size behind expandable ranges, and the replayer's accounting of the offers at failed requests.
+"""The card's size behind expandable ranges.
 
 PyTorch reserves an expandable range of 9/8 of the card rounded up to the
 page (2 MiB small, 20 MiB large). The expected sizes here come from that
@@ -8,11 +8,7 @@ MiB) are those the fake GPU's native runs show
 """
 from __future__ import annotations
 
-import numpy as np
-
-from torchmem import _C
 from torchmem.replay.capacity import expandable_capacity, largest_capacity_within, range_size
-from torchmem.trace_types import ALLOC, RANGE_OFFER, SEGMENT_ADDRESS
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -51,30 +47,3 @@ def test_a_large_range_alone_tells_the_card_to_within_a_large_page():
 def test_no_range_above_another_tells_nothing():
     assert expandable_capacity([(0, False, None)], 80 * GiB) is None
     assert expandable_capacity([(0, False, 100 * GiB)], 80 * GiB) is None  # the default's ranges fit
-
-
-def follow(conf: str, ops: list[int], sizes: list[int], addrs: list[int]) -> tuple[dict, list[int]]:
-    """A replay that follows a recording of these events on a 1 GiB card: its fidelity, and where each id landed."""
-    replayer = _C.Replayer(GiB, 0, conf, 1, False, True)
-    n = len(ops)
-    replayer.run(np.array(ops, dtype=np.uint8), np.arange(n, dtype=np.uint64), np.array(sizes, dtype=np.uint64),
-                 np.zeros(n, dtype=np.uint64), np.array(addrs, dtype=np.uint64))
-    placed = [b["address"] for s in replayer.segments() for b in s["blocks"] if b["allocated"]]
-    return replayer.fidelity, placed
-
-
-BASE = 64 * GiB  # above any address the simulated device hands out by itself
-
-
-def test_a_range_offer_left_untaken_is_not_a_recorded_segment_missed():
-    """A failed request's range offers are guesses (Note [Expandable ranges in a snapshot]); a recorded
-    segment address left untaken is a miss. Fixed segments take neither kind of offer of a range."""
-    guess, _ = follow("", [RANGE_OFFER, ALLOC], [0, MiB], [BASE, 0])
-    recorded, _ = follow("", [SEGMENT_ADDRESS, ALLOC], [0, MiB], [BASE, 0])
-    assert guess["segments_missed"] == 0 and guess["segments_followed"] == 0
-    assert recorded["segments_missed"] == 1
-
-
-def test_a_range_offer_taken_puts_the_range_there_and_counts_as_followed():
-    fidelity, placed = follow("expandable_segments:True", [RANGE_OFFER, ALLOC], [0, MiB], [BASE, 0])
-    assert placed == [BASE] and fidelity["segments_followed"] == 1 and fidelity["segments_missed"] == 0

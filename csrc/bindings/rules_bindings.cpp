@@ -53,6 +53,7 @@ void bind_rules(py::module_& m) {
   ops["POOL"] = static_cast<int>(ReplayOp::kPool);
   ops["FREE_REQUESTED"] = static_cast<int>(ReplayOp::kFreeRequested);
   ops["RANGE_OFFER"] = static_cast<int>(ReplayOp::kRangeOffer);
+  ops["RECORDED_RETRY"] = static_cast<int>(ReplayOp::kRecordedRetry);
   rules.attr("REPLAY_OPS") = ops;
 }
 

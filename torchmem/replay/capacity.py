@@ -73,7 +73,13 @@ def recorded_capacity(recorded: Any) -> tuple[int, str]:
     recording tells it ("oom", "expandable"), else 80 GiB or the most the
     recording held, whichever is more ("default").
     """
-    if recorded is not None and recorded.capacity is not None:
-        return recorded.capacity, recorded.capacity_from or "oom"
-    peak = recorded.peak_reserved if recorded is not None else 0
-    return max(DEFAULT_CAPACITY, -(-peak // SMALL_PAGE) * SMALL_PAGE), "default"
+    if recorded is None:
+        return card_of(None, None, 0)
+    return card_of(recorded.capacity, recorded.capacity_from, recorded.peak_reserved)
+
+
+def card_of(capacity: int | None, capacity_from: str | None, peak_reserved: int) -> tuple[int, str]:
+    """recorded_capacity() from a recording's capacity, its source and the most it held."""
+    if capacity is not None:
+        return capacity, capacity_from or "oom"
+    return max(DEFAULT_CAPACITY, -(-peak_reserved // SMALL_PAGE) * SMALL_PAGE), "default"

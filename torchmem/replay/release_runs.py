@@ -24,6 +24,7 @@ class ReleaseRun(NamedTuple):
     stream: int               # the new segment's stream
     private: bool             # a private pool's segment was among them (a pool that died)
     origin: str | None        # release_origin(): ALLOCATOR, PROGRAM, or None (no stacks recorded)
+    position: int = 0         # the event position of the new segment
 
 
 def python_stack(entry: dict) -> tuple | None:

@@ -41,48 +41,52 @@ PyTorch made.
   fraction's limit, at least down to the threshold: a run is a retry only
   where that would not have made room. Where these rules guess wrong is an
   open deviation (retry-count, docs/fakegpu.md).
+
+snapshot_trace.py places a RECORDED_RETRY event before the new segment of
+each run taken as a retry; the replayer counts those that it reaches when it
+follows the recording (kRecordedRetry, csrc/core/replay/replayer.h).
 """
 from __future__ import annotations
-
-from typing import Any
 
 from torchmem import _C
 from torchmem.replay.memory_limit import conf_fraction
 from torchmem.replay.release_runs import PROGRAM, ReleaseRun
 
 
-def replay_retries(recorded: Any, conf: str, capacity: int, card_known: bool) -> int:
-    """The retries behind a followed recording's releases (`recorded`: its RecordedRun).
+def retry_runs(runs: list[ReleaseRun], conf: str, start_reserved: int, peak_reserved: int, card: int,
+               card_known: bool, fraction_inferred: bool, limit_low: int | None) -> list[ReleaseRun]:
+    """The runs of releases behind which the recording's allocator retried.
 
-    The most the allocator could reserve: the card (`capacity`, where an OOM
-    told it: card_known; else at least the most the recording held), or a
-    memory fraction's limit when lower (an inferred fraction's lowest, the
-    trace's bound).
+    The most the allocator could reserve: the card (`card`, where an OOM
+    told it: card_known; else at least the most the recording held,
+    `peak_reserved`), or a memory fraction's limit when lower (for an
+    inferred fraction its lowest, `limit_low`, the trace's bound).
     """
-    most = capacity if card_known else recorded.peak_reserved
+    most = card if card_known else peak_reserved
     fraction = conf_fraction(conf)
     collector = None
     if fraction is not None and fraction < 1.0:
-        collector = int(fraction * float(capacity))
-        limit = recorded.limit_low if recorded.fraction_from == "inferred" else collector
-        most = min(most or capacity, limit or capacity)
-    return recorded_retries(recorded.retry_releases, conf, recorded.start_reserved, most, collector, card_known)
+        collector = int(fraction * float(card))
+        limit = limit_low if fraction_inferred else collector
+        most = min(most or card, limit or card)
+    return recorded_retries(runs, conf, start_reserved, most, collector, card_known)
 
 
 def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved: int,
-                     capacity: int | None, collector_limit: int | None = None, card_known: bool = True) -> int:
-    """Retries PyTorch counted behind the recorded runs of releases.
+                     capacity: int | None, collector_limit: int | None = None,
+                     card_known: bool = True) -> list[ReleaseRun]:
+    """The recorded runs of releases behind which PyTorch counted a retry.
 
     `capacity` is the most the allocator could reserve: the card's memory
     where a recorded OOM tells it (card_known; else the most the recording
     held: a lower bound), or a memory fraction's limit when lower; None
-    counts nothing. `collector_limit`: the memory fraction's limit, when
+    counts none. `collector_limit`: the memory fraction's limit, when
     garbage_collection_threshold acts on it.
     """
     settings = _C.rules.config_fields(conf or "")
     max_split = settings["max_split_size"]
     threshold = _collector_threshold(settings, collector_limit)
-    count = 0
+    retried = []
     expandable = settings["expandable_segments"]
     for run in retry_releases:
         before = start_reserved + run.reserved_before
@@ -97,8 +101,8 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
             if before - collected + run.new_segment <= capacity:
                 continue
         if max_split is None or not _second_step(run, max_split, expandable):
-            count += 1
-    return count
+            retried.append(run)
+    return retried
 
 
 def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:

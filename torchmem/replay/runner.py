@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from torchmem import _C
-from torchmem.replay.retries import replay_retries
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
@@ -314,8 +313,6 @@ def replay(
     seconds = time.perf_counter() - start
     unread = trace.skipped_lines  # known once the trace has been read
     stats = replayer.stats()
-    if follow_recording and recorded is not None:
-        stats["num_alloc_retries"] += replay_retries(recorded, conf, capacity, card_known=capacity_source == "oom")
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
     survived = replayer.recorded_ooms

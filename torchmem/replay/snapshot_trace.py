@@ -36,12 +36,13 @@ from typing import Any, Iterator
 import numpy as np
 
 from torchmem import _C
-from torchmem.replay.capacity import DEFAULT_CAPACITY, expandable_capacity, segment_request
+from torchmem.replay.capacity import DEFAULT_CAPACITY, card_of, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
-from torchmem.replay.expandable_ranges import NO_OFFERS, FailureOffers, failure_offers, recorded_ranges
+from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
+from torchmem.replay.retries import retry_runs
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, _free_action, run_pass
-from torchmem.trace_types import CHUNK, RANGE_OFFER, Chunk, Trace, TraceError
+from torchmem.trace_types import CHUNK, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
 
 
 @dataclass
@@ -210,11 +211,17 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                       for run in b.retry_releases]
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
-    cols = _lower(b.events, offers, ooms)
+    peak_reserved = start.reserved + b.reserved_peak
+    card, card_from = card_of(capacity, capacity_from, peak_reserved)
+    retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card, card_from == "oom",
+                         fraction_from == "inferred", limit_low)
+    inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
+    inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]
+    cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
-                           peak_reserved=start.reserved + b.reserved_peak,
+                           peak_reserved=peak_reserved,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries),
                            max_address=max(b.max_address, final_end, offers.floor),
                            retry_releases=retry_releases, start_reserved=start.reserved,
@@ -242,21 +249,27 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                  skipped_lines=bad.count, first_skipped=bad.first)
 
 
-def _lower(events: PassEvents, offers: FailureOffers, ooms: list[dict]) -> list[np.ndarray]:
+def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: list[dict]) -> list[np.ndarray]:
     """The replay's event columns (ops, ids, sizes, streams, addrs, entries as numpy arrays): the pass's
-    events with each failure offer placed just before its failed request (a RANGE_OFFER, at the request's
-    entry). Shifts each oom's "index" past the offers before it."""
+    events with the events the later steps infer placed where they belong. `inserts`: (position,
+    [(op, id, size, stream, addr)]) sorted by position, each placed just before the pass's event at
+    `position` (the failed request of a RANGE_OFFER, the new segment of a RECORDED_RETRY) and given its
+    trace entry. Shifts each oom's "index" past the events placed before it."""
     columns = [events.ops, events.ids, events.sizes, events.streams, events.addrs, events.entries]
-    if offers.offers:
-        columns = [list(c) for c in columns]
-        shift = 0
-        for pos, bases in offers.offers:
-            at = pos + shift
-            rows = [(RANGE_OFFER, 0, 0, stream, base, events.entries[pos]) for base, stream in bases]
-            for column, values in zip(columns, zip(*rows)):
-                column[at:at] = values
-            shift += len(bases)
+    if inserts:
+        merged: list[list[int]] = [[] for _ in columns]
+        done = 0
+        for pos, rows in inserts:
+            for into, column in zip(merged, columns):
+                into.extend(column[done:pos])
+            for row in rows:
+                for into, value in zip(merged, (*row, events.entries[pos])):
+                    into.append(value)
+            done = pos
+        for into, column in zip(merged, columns):
+            into.extend(column[done:])
+        columns = merged
         for o in ooms:
-            o["index"] += sum(len(bases) for pos, bases in offers.offers if pos <= o["index"])
+            o["index"] += sum(len(rows) for pos, rows in inserts if pos <= o["index"])
     dtypes = (np.uint8, np.uint64, np.uint64, np.uint64, np.uint64, np.int64)
     return [np.asarray(c, dtype=t) for c, t in zip(columns, dtypes)]

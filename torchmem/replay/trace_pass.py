@@ -227,6 +227,7 @@ class _Builder:
         self.run_private = False                  # the run released a private pool's segment (a pool that died)
         self.run_reserved = 0                     # reserved_delta when the run began
         self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
+        self.run_position = 0                     # the event position of that segment
         self.run_stack: tuple | None = None       # the Python stack of the run's first release (None: not recorded)
         self.run_origin: str | None = None        # release_origin() of the run and the segment that followed it
         # each run that a new segment followed (the allocator's retry, or the program's empty_cache():
@@ -307,7 +308,8 @@ class _Builder:
         elif self.pending_release and self.segment_after_release:
             self.retry_releases.append(ReleaseRun(self.run_reserved, self.run_new_creation,
                                                   list(self.pending_release_sizes), list(self.pending_release_streams),
-                                                  self.run_stream, self.run_private, self.run_origin))
+                                                  self.run_stream, self.run_private, self.run_origin,
+                                                  self.run_position))
         self.pending_release.clear()
         self.pending_release_sizes.clear()
         self.pending_release_streams.clear()
@@ -338,6 +340,7 @@ class _Builder:
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
                 self.run_new_creation = len(self.creations)
+                self.run_position = len(self.cols.ops)
                 self.run_origin = release_origin(self.run_stack, python_stack(entry))
                 self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
             self.segment_after_release = bool(self.pending_release)

@@ -102,7 +102,12 @@ void Replayer::track_pool_peaks() {
 }
 
 DeviceStats Replayer::stats() const {
-  if (pools_.size() == 1) return allocator_->stats();
+  DeviceStats out = pools_.size() == 1 ? allocator_->stats() : pool_sums();
+  out.num_alloc_retries += recorded_retries_;
+  return out;
+}
+
+DeviceStats Replayer::pool_sums() const {
   DeviceStats sum;
   for (const Pool& pool : pools_) add_stats(sum, pool.allocator->stats());
   DeviceStats peaks = pool_peaks_;
@@ -313,6 +318,9 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           device_->offer(addrs[i], sizes[i]);
           offers_pending_ = true;
         }
+        break;
+      case ReplayOp::kRecordedRetry:
+        if (follow_recording_) ++recorded_retries_;
         break;
       case ReplayOp::kRangeOffer:
         if (follow_recording_ && addrs && addrs[i]) {

@@ -39,6 +39,12 @@
 //                   as a kSegmentAddress of size 0, but the recording did not
 //                   reserve it there, so an offer not taken is not a recorded
 //                   segment missed (ReplayFidelity::segments_missed)
+//   kRecordedRetry  the recording's allocator retried here, after a failed
+//                   device allocation (torchmem/replay/retries.py infers it
+//                   from a run of releases before a new segment): a replay
+//                   that follows the recording makes those releases itself
+//                   and never fails first, so it counts the retry in
+//                   num_alloc_retries here; others ignore it
 // Note [Private pools in the replay]
 // As PyTorch's graph_pools: each private pool (a CUDA graph's, a
 // torch.cuda.MemPool's) is an allocator of its own under the same config
@@ -103,6 +109,7 @@ enum class ReplayOp : uint8_t {
   kPool = 7,
   kFreeRequested = 8,
   kRangeOffer = 9,
+  kRecordedRetry = 10,
 };
 
 using ReplayPoolId = std::pair<uint64_t, uint64_t>;
@@ -170,7 +177,8 @@ class Replayer {
   size_t pool_count() const { return pools_.size(); }
   ReplayPoolId pool_id(size_t i) const { return pools_.at(i).id; }
   DeviceAllocator& pool_allocator(size_t i) { return *pools_.at(i).allocator; }
-  // The device's statistics: every pool's summed, peaks of the sums.
+  // The device's statistics: every pool's summed, peaks of the sums; following
+  // the recording, num_alloc_retries counts its kRecordedRetry events too.
   DeviceStats stats() const;
   // History for every pool (now and made later), and its entries in the
   // order they happened across pools.
@@ -192,6 +200,7 @@ class Replayer {
   void request_free(uint64_t id);
   bool release_segment(uintptr_t addr);
   void track_pool_peaks();
+  DeviceStats pool_sums() const;  // stats() of more than one pool
 
   struct Pool {
     ReplayPoolId id;
@@ -223,6 +232,7 @@ class Replayer {
   bool follow_recording_;
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
+  int64_t recorded_retries_ = 0;       // kRecordedRetry events met, following the recording
   uint64_t events_ = 0;
   uint64_t skipped_ = 0;
   int64_t window_allocated_ = 0;
