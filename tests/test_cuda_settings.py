@@ -62,6 +62,13 @@ def test_releases_before_2_10_read_only_the_cuda_variable(version, variables):
 def test_conf_items_keep_lists_whole():
     assert conf_items("a:1, roundup_power2_divisions:[256:1,>:4],b:2,") == \
         ["a:1", "roundup_power2_divisions:[256:1,>:4]", "b:2"]
+    assert conf_items("  ") == []
+
+
+@pytest.mark.parametrize("text", ["a:1,,b:2", "roundup_power2_divisions:[256:1", "a:1]"])
+def test_conf_items_refuse_what_pytorch_refuses(text):
+    with pytest.raises(ValueError, match="empty item|unbalanced"):
+        conf_items(text)
 
 
 def test_the_argument_then_torchmem_variable_then_pytorchs():

@@ -168,7 +168,11 @@ def cuda_settings(conf: str | None = None, environ: "dict[str, str] | None" = No
 def _checked(text: str, source: str, from_pytorch: bool) -> str:
     """`text` with the keys torchmem cannot honour named in one warning (and, from PyTorch's variable, left out)."""
     kept, named = [], []
-    for item in conf_items(text):
+    try:
+        items = conf_items(text)
+    except ValueError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    for item in items:
         key = item.partition(":")[0].strip()
         try:
             _C.parse_config(item)

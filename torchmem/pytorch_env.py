@@ -78,23 +78,16 @@ def cuda_pytorch_conf(environ: Mapping[str, str] | None = None,
 
 
 def conf_items(conf: str) -> list[str]:
-    """The top-level "key:value" items of a settings string; a list value ("[256:1,>:4]") stays whole."""
-    items, depth, start = [], 0, 0
-    for i, c in enumerate(conf):
-        if c == "[":
-            depth += 1
-        elif c == "]":
-            depth -= 1
-        elif c == "," and depth == 0:
-            items.append(conf[start:i])
-            start = i + 1
-    items.append(conf[start:])
-    return [item.strip() for item in items if item.strip()]
+    """The top-level "key:value" items of a settings string, as the core splits it (a list value such as
+    "[256:1,>:4]" stays whole); ValueError for an empty item or unbalanced brackets, as PyTorch refuses them."""
+    from torchmem import _C
+
+    return _C.rules.config_items(conf) if conf.strip() else []
 
 
 def conf_value(conf: str, key: str) -> str | None:
     """The value of `key` in a settings string ("max_split_size_mb:64,..."), or None when it has none."""
-    for item in conf.split(","):
+    for item in conf_items(conf):
         name, _, value = item.partition(":")
         if name.strip() == key:
             return value.strip()

@@ -26,6 +26,9 @@ void bind_rules(py::module_& m) {
       [](size_t device_bytes, size_t page) { return expandable_pages(device_bytes, page) * page; },
       py::arg("device_bytes"), py::arg("page"),
       "The address range of one expandable segment on a device of that many bytes: 9/8 of it, in whole pages.");
+  rules.def("config_items", &config_items, py::arg("text"),
+            "The top-level items of a settings string, as the core splits it: ValueError for an empty item "
+            "or unbalanced brackets.");
   rules.def(
       "config_fields",
       [](const std::string& text) {

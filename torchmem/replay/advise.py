@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from torchmem import _C
+from torchmem.pytorch_env import conf_items
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.replay.runner import as_trace, fmt_size, normalize_conf, parse_capacity, replay
 from torchmem.traces import Trace
@@ -52,7 +53,7 @@ STITCH_KEEPS = ("per_process_memory_fraction", "garbage_collection_threshold")
 def as_pytorch_setting(conf: str) -> str:
     """A replayed setting as PYTORCH_CUDA_ALLOC_CONF takes it: without reuse_order, the replay's own key for
     the tie rule a snapshot's release implies (torch 2.13+ break ties by segment age by themselves)."""
-    return ",".join(item.strip() for item in conf.split(",") if item.strip() and not item.strip().startswith("reuse_order:"))
+    return ",".join(item for item in conf_items(conf) if not item.startswith("reuse_order:"))
 
 @dataclass
 class Advice:
@@ -91,7 +92,7 @@ def is_stitch(conf: str) -> bool:
 
 def stitch_candidate(recorded_conf: str) -> str:
     """policy:stitch with the recorded config's keys that still apply to it."""
-    keep = [item.strip() for item in _split(recorded_conf) if item.partition(":")[0].strip() in STITCH_KEEPS]
+    keep = [item.strip() for item in conf_items(recorded_conf) if item.partition(":")[0].strip() in STITCH_KEEPS]
     return ",".join([STITCH, *keep])
 
 
@@ -118,7 +119,7 @@ def _combine(a: str, b: str) -> str:
     """Settings b on top of a (b's value wins for a key both give)."""
     items: dict[str, str] = {}
     for part in (a, b):
-        for item in filter(None, (s.strip() for s in _split(part))):
+        for item in filter(None, (s.strip() for s in conf_items(part))):
             key, _, value = item.partition(":")
             items[key.strip()] = value.strip()
     return ",".join(f"{k}:{v}" for k, v in items.items())
@@ -127,23 +128,8 @@ def _combine(a: str, b: str) -> str:
 def _added_keys(base: str, conf: str) -> str:
     """The keys `conf` sets beyond `base`, as one string."""
     def keys(c: str) -> set[str]:
-        return {item.partition(":")[0].strip() for item in _split(c) if item.strip()}
+        return {item.partition(":")[0].strip() for item in conf_items(c) if item.strip()}
     return ",".join(sorted(keys(conf) - keys(base))) or conf
-
-
-def _split(conf: str) -> list[str]:
-    """Top-level items of a config ('[...]' lists kept whole)."""
-    out, depth, cur = [], 0, ""
-    for ch in conf:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
 
 
 def advise(

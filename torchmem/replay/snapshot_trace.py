@@ -36,6 +36,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from torchmem import _C
+from torchmem.pytorch_env import conf_items, recorded_conf_string
 from torchmem.replay.capacity import DEFAULT_CAPACITY, card_of, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
@@ -106,8 +107,6 @@ def recorded_conf(settings: Any) -> str | None:
         values = {v for _, v in pairs}
         items.append(f"roundup_power2_divisions:{values.pop()}" if len(values) == 1
                      else "roundup_power2_divisions:[" + ",".join(f"{k}:{v}" for k, v in pairs) + "]")
-    from torchmem.pytorch_env import recorded_conf_string
-
     items += _conf_only_items(recorded_conf_string(settings))
     # torch 2.13 and later (their settings carry max_cached_size) break ties between equal free
     # blocks by the age of their segment, then by address (BlockComparatorSizeCounterAddress in
@@ -133,8 +132,7 @@ def _with_fraction(conf: str | None, capacity: int | None, creations: list[tuple
     fraction, source = infer_fraction(capacity if ooms else None, limits, conf_fraction(conf or ""))
     if conf is None and fraction is None:
         return None, source, None  # no settings recorded, and nothing to add
-    items = [item for item in (conf or "").split(",")
-             if item and item.partition(":")[0].strip() != "per_process_memory_fraction"]
+    items = [item for item in conf_items(conf or "") if item.partition(":")[0].strip() != "per_process_memory_fraction"]
     if fraction is not None:
         items.append(f"per_process_memory_fraction:{format_fraction(fraction)}")
     return ",".join(items), source, limits.lo if source == "inferred" else None
@@ -148,8 +146,12 @@ def large_segment_size(conf: str) -> int:
 def _conf_only_items(conf: Any) -> list[str]:
     if not isinstance(conf, str):
         return []
+    try:
+        items = conf_items(conf)
+    except ValueError:
+        return []  # not a string PyTorch would have taken
     out = []
-    for item in conf.split(","):
+    for item in items:
         key, _, value = item.partition(":")
         key, value = key.strip(), value.strip()
         if key in CONF_ONLY_KEYS and not any(o.startswith(key + ":") for o in out):

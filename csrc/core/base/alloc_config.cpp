@@ -146,6 +146,8 @@ size_t parse_mb_at_least(const std::string& key, const std::string& value, size_
 
 }  // namespace
 
+std::vector<std::string> config_items(const std::string& text) { return split_items(text); }
+
 size_t parse_size(const std::string& text) {
   const std::string allowed = "a size such as 80GiB, 512MB, 1.5GB or a byte count";
   std::string s = trim(text);

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace torchmem {
 
@@ -102,6 +103,12 @@ struct AllocatorConfig {
 
 // "80GiB", "512MB", "1.5 GB", "4096" -> bytes. Throws std::invalid_argument.
 size_t parse_size(const std::string& text);
+
+// The top-level "key:value" items of a settings string, trimmed; a list
+// value ("[256:1,>:4]") stays whole. One trailing comma is allowed, as in
+// PyTorch. Throws std::invalid_argument for an empty item or unbalanced
+// brackets. Keys and values are not checked (AllocatorConfig::parse does).
+std::vector<std::string> config_items(const std::string& text);
 
 // PyTorch's get_allocation_size: what the device is asked for to serve a
 // request of `size` bytes (already rounded): a small-pool segment up to
