@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCES = [
     "tests/cpp/test_arena_paged.cpp",
     "csrc/core/allocators/arena.cpp",

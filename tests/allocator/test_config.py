@@ -23,7 +23,7 @@ from torchmem._install import resolve_conf
 
 from conftest import GiB, MiB
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, whose cpp/ holds the probe
 
 
 def test_empty_config_is_default():
@@ -236,7 +236,7 @@ def c10_parser(tmp_path_factory):
     binary = str(tmp_path_factory.mktemp("c10probe") / "c10_config_probe")
     build = subprocess.run(
         [compiler, "-std=c++17", "-O0", "-I", os.path.join(torch_dir, "include"),
-         os.path.join(HERE, "cpp", "c10_config_probe.cpp"), "-L", os.path.join(torch_dir, "lib"), "-lc10",
+         os.path.join(TESTS, "cpp", "c10_config_probe.cpp"), "-L", os.path.join(torch_dir, "lib"), "-lc10",
          "-Wl,-rpath," + os.path.join(torch_dir, "lib"), "-o", binary],
         capture_output=True, text=True)
     if build.returncode != 0:  # a torch without AcceleratorAllocatorConfig (before 2.9)

@@ -4,8 +4,8 @@ and the hooks install() runs (the oom package's), on this machine's CPU build.""
 import pytest
 import torch
 
-from subprocess_runner import run_python_json
-from test_import_circles import imports_of, package_modules
+from tests.package.test_import_circles import imports_of, package_modules
+from tests.support.subprocess_runner import run_python_json
 
 from torchmem import devices, snapshot
 from torchmem.planned import device_name as planned_device_name

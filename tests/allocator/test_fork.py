@@ -4,7 +4,7 @@ finds its allocators consistent.
 
 Every test forks inside a fresh interpreter run with a hard timeout, and every
 child there is waited for with a timeout of its own and killed when it runs
-past it (tests/fork_experiment.py's wait_or_kill), so a hang fails fast. The
+past it (tests/support/fork_experiment.py's wait_or_kill), so a hang fails fast. The
 C++ side (fork from a thread while others allocate, also under TSan, and a
 control fork that skips the handlers and hangs) is in tests/cpp/core_driver.cpp
 (fork_while_threads_allocate, fork_waits_for_a_held_lock).
@@ -19,7 +19,7 @@ import torch
 from conftest import ROOT, last_json, run_args
 from conftest import run_ok as run_python_ok
 
-EXPERIMENT = os.path.join(ROOT, "tests", "fork_experiment.py")
+EXPERIMENT = os.path.join(ROOT, "tests", "support", "fork_experiment.py")
 
 
 def experiment(*args: str, timeout: int = 600) -> dict:
@@ -27,8 +27,9 @@ def experiment(*args: str, timeout: int = 600) -> dict:
 
 
 def run_ok(code: str, timeout: int = 300) -> str:
-    """`code` in a child that imports the tests' helpers (fork_experiment)."""
-    return run_python_ok(code, {"PYTHONPATH": os.path.join(ROOT, "tests")}, timeout)
+    """`code` in a child that imports the tests' helpers (tests.support.fork_experiment: the checkout is
+    first on its PYTHONPATH)."""
+    return run_python_ok(code, timeout=timeout)
 
 
 def test_the_hang_detector_kills_a_child_that_does_not_finish():
@@ -37,7 +38,7 @@ def test_the_hang_detector_kills_a_child_that_does_not_finish():
     out = run_ok(
         """
         import json, os, time
-        from fork_experiment import wait_or_kill
+        from tests.support.fork_experiment import wait_or_kill
         r = {}
         for name, body in (("sleeper", lambda: time.sleep(60)), ("failing", lambda: os._exit(3)),
                            ("fine", lambda: os._exit(0))):
@@ -117,7 +118,7 @@ def test_dataloader_fork_workers_with_a_background_thread():
 CHILD_FREES_PARENTS_TENSORS = """
     import json, os, sys, threading, time, torch, torchmem
     from torchmem import _C
-    from fork_experiment import wait_or_kill
+    from tests.support.fork_experiment import wait_or_kill
     torch.set_num_threads(1)
 
     torchmem.install(conf="max_split_size_mb:64")
@@ -219,7 +220,7 @@ def test_a_planned_step_of_another_thread_is_closed_in_the_child():
     out = run_ok(
         """
         import json, os, sys, threading, torch, torchmem
-        from fork_experiment import wait_or_kill
+        from tests.support.fork_experiment import wait_or_kill
         torchmem.install()
         inside, leave = threading.Event(), threading.Event()
         def steps_on_another_thread():
@@ -268,7 +269,7 @@ def test_a_child_of_a_cuda_parent_uses_cpu_tensors_and_drops_inherited_cuda_free
     out = run_ok(
         """
         import json, os, sys, threading, torch, torchmem
-        from fork_experiment import wait_or_kill
+        from tests.support.fork_experiment import wait_or_kill
         torchmem.install()
         inherited = [torch.ones(1 << 20, device="cuda") for _ in range(4)]
         stop = threading.Event()

@@ -23,7 +23,7 @@ def note(report):
 """
 
 # README.md's train_step ("Planned allocation"): zero_grad() first, the loss returned and kept. The
-# README's blocks that call it run with this one too (tests/test_docs_code.py).
+# README's blocks that call it run with this one too (tests/package/test_docs_code.py).
 TRAIN_STEP = """
 def train_step(batch):
     optimizer.zero_grad()

@@ -228,7 +228,7 @@ def test_min_capacity_within_two_percent_of_the_peak_on_the_demo_trace():
 
 
 def test_snapshot_start_state_is_allocated_first(tmp_path):
-    from replay_recording import begin_mid_run, random_workload, record
+    from tests.support.replay_recording import begin_mid_run, random_workload, record
 
     snap = begin_mid_run(record(random_workload(5, 3000, large=0.4), "", capacity=4 * GiB), 600)
     path = tmp_path / "s.pickle"

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from replay_recording import GiB, random_workload, record
+from tests.support.replay_recording import GiB, random_workload, record
 
 from conftest import ROOT, torchmem_here
 

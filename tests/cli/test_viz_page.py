@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from replay_recording import GiB, random_workload, record
+from tests.support.replay_recording import GiB, random_workload, record
 from torchmem.viz.html import COLORS, render_html
 from torchmem.viz.ranks import rank_row
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WHAT_TO_TYPE = "pip install --no-build-isolation"
 
 pytestmark = pytest.mark.slow

@@ -31,7 +31,7 @@ from __future__ import annotations
 import ast
 import os
 
-from subprocess_runner import ROOT
+from tests.support.subprocess_runner import ROOT
 
 PACKAGE = "torchmem"
 LEAVES = {"torchmem._C"}  # compiled: no Python imports of the package

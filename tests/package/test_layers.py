@@ -4,7 +4,7 @@ The runtime is what a training job loads: `import torchmem`, the swap (install,
 memory, snapshot, arena, paged, planned, oom) and what it stands on. The tools read what the
 runtime wrote: replay and advise, viz, preflight, the fake GPU and the command
 line. An edge is any import, at module level or inside a function, as
-tests/test_import_circles.py reads them; an import under TYPE_CHECKING is not
+tests/package/test_import_circles.py reads them; an import under TYPE_CHECKING is not
 one. The walk follows edges through the runtime's own helpers, so a tool
 reached through one of them is found too.
 """

@@ -8,7 +8,7 @@ from pathlib import Path
 from torchmem import _C
 
 MiB = 1 << 20
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_allocation_size_is_pytorchs_get_allocation_size():

@@ -10,7 +10,7 @@ import pytest
 from conftest import torchmem_here
 from torchmem.plan import Buffer, buffers_from_trace, load_csv, lower_bound, save_csv, solve
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "dsa"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "dsa"
 if not DATA.exists():
     DATA = Path("/work/shared/data/dsa")
 EXAMPLE = DATA / "minimalloc" / "examples" / "input.12.csv"

@@ -11,7 +11,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from brute_streams import all_syncs, brute_before, brute_valid
+from tests.support.brute_streams import all_syncs, brute_before, brute_valid
 from torchmem.plan import pipeline
 from torchmem.plan.fx import analyze, plan_graph
 

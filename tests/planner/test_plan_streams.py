@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from brute_streams import all_syncs, brute_before, brute_optimal_height, brute_valid, live_at_once, \
+from tests.support.brute_streams import all_syncs, brute_before, brute_optimal_height, brute_valid, live_at_once, \
     random_stream_buffers
 from torchmem.plan import Buffer, Sync, lifetimes, load_csv, lower_bound, save_csv, solve
 from torchmem.plan.fx import analyze, plan_graph

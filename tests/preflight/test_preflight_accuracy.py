@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("preflight_accuracy", ROOT / "benchmarks" / "preflight_accuracy.py")
 accuracy = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(accuracy)

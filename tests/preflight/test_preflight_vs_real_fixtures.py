@@ -15,7 +15,7 @@ import pytest
 from torchmem.preflight.compare import compare, events_and_peaks
 from torchmem.replay import replay, snapshot_trace
 
-DATA = Path(__file__).resolve().parent / "data" / "preflight_vs_real"
+DATA = Path(__file__).resolve().parents[1] / "data" / "preflight_vs_real"
 META = json.loads((DATA / "meta.json").read_text())
 
 

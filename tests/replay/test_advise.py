@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from replay_recording import GiB, begin_mid_run, random_workload, record
+from tests.support.replay_recording import GiB, begin_mid_run, random_workload, record
 from torchmem import workloads
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise, snapshot_trace
 from torchmem.replay.advise import GRID
 
-NATIVE = Path(__file__).parent / "data" / "native"
+NATIVE = Path(__file__).parents[1] / "data" / "native"
 
 
 def check_min_capacity_holds(trace, rows):

@@ -1,4 +1,4 @@
-"""The fuzzer: damaged snapshots and traces end cleanly (tests/fuzz_cases.py; more cases and the figures in
+"""The fuzzer: damaged snapshots and traces end cleanly (tests/support/fuzz_cases.py; more cases and the figures in
 docs/reliability.md: benchmarks/fuzz_snapshots.py).
 
 Each case takes one of the four real snapshots kept as figures in
@@ -17,7 +17,7 @@ import re
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import fuzz_cases
+from tests.support import fuzz_cases
 
 # Where the damage is: an entry, segment, block or line by number, a byte of the file, or (for a contradiction
 # the rebuilt start state meets, which no single entry makes) the segment by its address.

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from replay_recording import segment_layout
+from tests.support.replay_recording import segment_layout
 from torchmem import replay as sim
 from torchmem.replay import snapshot_trace
 from torchmem.snapshot import snapshot_from_replay
 
-FIXTURES = sorted((Path(__file__).parent / "data" / "native").glob("*.json.gz"))
+FIXTURES = sorted((Path(__file__).parents[1] / "data" / "native").glob("*.json.gz"))
 
 
 def load(path: Path) -> dict:

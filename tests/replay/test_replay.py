@@ -1,8 +1,8 @@
 """Replaying traces on the simulated device: formats, results, bad input, the command line.
 
 Faithfulness, a replay making the decisions of the run it replays, is tested
-where those replays are: tests/test_replay_exact.py (torchmem's own
-recordings, begun mid-run, address by address), tests/test_native_fixtures.py
+where those replays are: tests/replay/test_replay_exact.py (torchmem's own
+recordings, begun mid-run, address by address), tests/replay/test_native_fixtures.py
 (PyTorch's decisions on real GPUs) and, on the fake GPU,
 tests/fakegpu/test_replay_native_scenarios.py (PyTorch's own allocator).
 """

@@ -2,13 +2,13 @@
 state, recorded addresses, OOM, empty_cache, streams, devices).
 
 Snapshots are written by torchmem's own allocator in PyTorch's format
-(tests/replay_recording.py), cut to begin mid-run, and replayed; the replay
+(tests/support/replay_recording.py), cut to begin mid-run, and replayed; the replay
 must put every allocation at its recorded address and end in the recorded
 final segments. A recording torchmem wrote cannot catch a rule torchmem gets
 wrong both ways: tests/fakegpu/test_replay_native_scenarios.py records the
 same scenarios with PyTorch's own allocator on the fake GPU and holds the
 replay to those (each test here names its counterpart).
-tests/test_native_fixtures.py does the same against decisions PyTorch's
+tests/replay/test_native_fixtures.py does the same against decisions PyTorch's
 allocator made on real GPUs.
 """
 import pickle
@@ -16,7 +16,9 @@ import pickle
 import pytest
 
 from conftest import ok, torchmem_here
-from replay_recording import GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout
+from tests.support.replay_recording import (
+    GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout,
+)
 from torchmem import replay as sim
 from torchmem.snapshot import snapshot_from_replay
 from torchmem.replay.memory_limit import conf_fraction

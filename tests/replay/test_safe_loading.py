@@ -25,7 +25,7 @@ from torchmem.traces import TraceError
 from conftest import MiB, sim_allocator
 
 SNAPSHOTS = "/work/shared/data/snapshots" if os.path.isdir("/work/shared/data/snapshots") else os.path.join(
-    os.path.dirname(__file__), "..", "..", "shared", "data", "snapshots")
+    os.path.dirname(__file__), "..", "..", "..", "shared", "data", "snapshots")
 
 
 class RunsCommand:

@@ -1,6 +1,6 @@
 """torchmem under torchrun on CPU: a DDP job (gloo) whose rank 1 runs out of memory.
 
-The job (tests/ddp_oom_job.py) runs two ranks, each with torchmem installed
+The job (tests/support/ddp_oom_job.py) runs two ranks, each with torchmem installed
 and dump_on_oom on; rank 1 has a 40 MiB capacity and runs out of memory at
 its fourth step. Checked: torchmem works in both ranks (they train three
 steps together), rank 1's snapshot is written and named in its error, the
@@ -20,7 +20,7 @@ import time
 
 from conftest import ROOT, ok, run_torchmem
 
-JOB = os.path.join(ROOT, "tests", "ddp_oom_job.py")
+JOB = os.path.join(ROOT, "tests", "support", "ddp_oom_job.py")
 LIMIT_S = 60
 
 

@@ -1,6 +1,6 @@
-"""A small DDP training job on CPU (gloo) for tests/test_torchrun_oom.py.
+"""A small DDP training job on CPU (gloo) for tests/snapshots/test_torchrun_oom.py.
 
-    torchrun --standalone --nproc-per-node 2 tests/ddp_oom_job.py --out DIR [--capacity-rank1 40MiB]
+    torchrun --standalone --nproc-per-node 2 tests/support/ddp_oom_job.py --out DIR [--capacity-rank1 40MiB]
 
 Every rank installs torchmem with dump_on_oom writing to DIR; rank 1 gets a
 smaller ``capacity:`` in its conf. The batch doubles each step (256, 512,

@@ -1,6 +1,6 @@
 """The fork experiment of issue 17: does a forked child hang on the CPU allocator?
 
-    python tests/fork_experiment.py [--forks 200] [--child-timeout 5] [--allocator torchmem|default]
+    python tests/support/fork_experiment.py [--forks 200] [--child-timeout 5] [--allocator torchmem|default]
 
 With torch.set_num_threads(1) (so OpenMP plays no part), two threads allocate
 and free CPU tensors in a loop while the main thread forks `--forks` children

@@ -1,4 +1,4 @@
-"""Damaged snapshots and traces for the fuzzer (tests/test_fuzz_snapshots.py, benchmarks/fuzz_snapshots.py).
+"""Damaged snapshots and traces for the fuzzer (tests/replay/test_fuzz_snapshots.py, benchmarks/fuzz_snapshots.py).
 
 A case is a base file (one of the four real snapshots kept as figures in
 tests/data/native, or JSON lines) and one damage, chosen from a seed:
@@ -20,7 +20,7 @@ import random
 import time
 from typing import Any, Callable
 
-NATIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "native")
+NATIVE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "native")
 BASES = ("hugepandacoder", "maphsge4", "nesta_gitu", "niuhuangxiaozi")
 KINDS = ("truncate", "wrong_type", "missing_key", "size", "address", "unknown_free", "double_free", "oom_no_request",
          "many_devices", "deep_frames")

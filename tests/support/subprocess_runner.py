@@ -3,7 +3,8 @@
 Tests that swap PyTorch's allocator, fork, abort or need a clean environment
 run their code in a child. Everything here is re-exported by tests/conftest.py
 (``from conftest import run_python``); tests/cuda and tests/fakegpu import it
-from here, since tests/cuda/run_without_pytest.py runs them without pytest.
+from here (``tests.support.subprocess_runner``), since
+tests/cuda/run_without_pytest.py runs them without pytest.
 
 - ``run_python(code)``: ``python -c code`` (dedented, after ``prelude``);
 - ``run_args(args)``: ``python *args`` (a module with ``-m``, a script);
@@ -28,7 +29,7 @@ import sys
 import textwrap
 from typing import Any, Iterable, Mapping, Sequence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/support/ -> the checkout
 
 
 def child_env(env: Mapping[str, str] | None = None, base_env: Mapping[str, str] | None = None,
