@@ -236,11 +236,11 @@ test-fast: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 sanitize:
 	scripts/sanitize.sh
 
-# The quick pass also runs the drivers' pytest checks (tests/test_sanitizers.py),
+# The quick pass also runs the drivers' pytest checks (tests/package/test_sanitizers.py),
 # which make test leaves out: a third build of the core.
 sanitize-quick: $(VENV)/.built
 	TORCHMEM_QUICK=1 scripts/sanitize.sh
-	TORCHMEM_CPP_DRIVERS=1 $(PY) -m pytest -q tests/test_sanitizers.py
+	TORCHMEM_CPP_DRIVERS=1 $(PY) -m pytest -q tests/package/test_sanitizers.py
 
 clean:
 	rm -rf build dist *.egg-info torchmem/*.so $(VENV) .venv-cuda*

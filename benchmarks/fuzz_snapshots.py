@@ -1,4 +1,4 @@
-"""Many more fuzz cases than `make test` runs (tests/fuzz_cases.py), with the figures for docs/reliability.md.
+"""Many more fuzz cases than `make test` runs (tests/support/fuzz_cases.py), with the figures for docs/reliability.md.
 
     .venv/bin/python benchmarks/fuzz_snapshots.py --cases 5000 --jobs 2
 
@@ -20,9 +20,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout, for tests.support
 
-import fuzz_cases  # noqa: E402
+from tests.support import fuzz_cases  # noqa: E402
 
 
 def run_case(seed: int) -> tuple[int, dict, str, dict | str, float, int]:

@@ -1,4 +1,4 @@
-"""Derive figures-only fixtures from real snapshots for tests/test_native_fixtures.py.
+"""Derive figures-only fixtures from real snapshots for tests/replay/test_native_fixtures.py.
 
     python scripts/make_native_fixtures.py SNAPSHOT [SNAPSHOT ...] --out tests/data/native
 

@@ -31,7 +31,7 @@ flags_for() {
   case "$1" in
     asan) echo "-fsanitize=address,undefined -fno-sanitize-recover=undefined" ;;
     tsan) echo "-fsanitize=thread" ;;
-    plain) echo "" ;;  # no sanitizer: the quick build behind tests/test_sanitizers.py
+    plain) echo "" ;;  # no sanitizer: the quick build behind tests/package/test_sanitizers.py
     *) echo "unknown sanitizer $1" >&2; exit 1 ;;
   esac
 }

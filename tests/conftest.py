@@ -4,8 +4,8 @@ import pytest
 
 from torchmem import _C
 
-# The one subprocess runner (tests/subprocess_runner.py), for every test: from conftest import run_python, ...
-from subprocess_runner import (  # noqa: F401
+# The one subprocess runner (tests/support/subprocess_runner.py), for every test: from conftest import run_python, ...
+from tests.support.subprocess_runner import (  # noqa: F401
     ROOT, child_env, last_json, ok, run_args, run_ok, run_python, run_python_json, run_torchmem, torchmem_here,
 )
 

@@ -319,7 +319,7 @@ def arena(capacity: "int | Arena", device=None, *, on_escape: str = "keep", fall
 
 def conformance_factories() -> dict:
     """Arena configurations for the allocator conformance suite
-    (tests/test_conformance.py): name -> factory() -> (allocator, host_backed)."""
+    (tests/allocator/test_conformance.py): name -> factory() -> (allocator, host_backed)."""
 
     def sim():
         return _C.Arena(_C.SimDevice(64 << 30), 64 << 30), False

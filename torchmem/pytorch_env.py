@@ -20,7 +20,7 @@ in the same order. ROCm builds read PYTORCH_HIP_ALLOC_CONF between the two.
 
 On a CPU build, ``torch._C._accelerator_getAllocatorSettings()`` returns
 PYTORCH_CUDA_ALLOC_CONF's value when both are set (torch 2.13); no CPU
-allocator of PyTorch's takes these settings. tests/test_config.py holds
+allocator of PyTorch's takes these settings. tests/allocator/test_config.py holds
 pytorch_conf() to the installed torch.
 
 torchmem's own allocator reads install(conf=...), then TORCHMEM_ALLOC_CONF,

@@ -89,7 +89,7 @@ def _parse_event(event: Any, where: str) -> tuple[int, int, int, int]:
 
 def _short(value: Any, limit: int = 40) -> str:
     """The first `limit` characters of repr(value), as the C++ reader writes them
-    (core/traces/python_repr.h: tests/test_jsonl_reader.py holds the two to one message);
+    (core/traces/python_repr.h: tests/replay/test_jsonl_reader.py holds the two to one message);
     a value nested too deep for repr() is shown by short_repr."""
     try:
         return repr(value)[:limit]

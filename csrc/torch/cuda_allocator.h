@@ -1,7 +1,7 @@
 // CudaAllocator: torchmem as PyTorch's CUDA allocator, a thin translation of
 // torch's calls and types onto the core.
 //
-// The policy is in the core, tested on CPU (tests/test_device_memory.py,
+// The policy is in the core, tested on CPU (tests/allocator/test_device_memory.py,
 // tests/cpp/core_driver.cpp): one DeviceMemory (core/device_memory/device_memory.h) per
 // GPU, over a CudaDevice (csrc/cuda/cuda_device.h), holds the main
 // allocator, the private pools of CUDA graphs and torch.cuda.MemPool, stream

@@ -1,6 +1,6 @@
 // Runs PyTorch's own allocator-config parser (c10's
 // AcceleratorAllocatorConfig, linked from the installed torch's libc10) on
-// one config string and prints what it decided, for tests/test_config.py.
+// one config string and prints what it decided, for tests/allocator/test_config.py.
 // A CPU-only libc10 has no CUDA parser hook, so only the device-independent
 // keys are checked this way. Output, one line:
 //   OK <large_segment_size> <max_split_size> <max_non_split_rounding> <gc_threshold> <expandable> <d0> .. <d15>

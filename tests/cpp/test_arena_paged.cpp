@@ -1,7 +1,7 @@
 // C++ tests for the arena, the block pool, the pmr adapters and
 // aligned_allocator. A plain driver: every check prints on failure, the exit
 // status is the number of failed checks. Built and run by
-// tests/test_arena_cpp.py (or by hand, see that file for the command).
+// tests/allocator/test_arena_cpp.py (or by hand, see that file for the command).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

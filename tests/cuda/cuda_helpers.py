@@ -9,7 +9,8 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from subprocess_runner import ROOT, last_json, run_python  # noqa: F401  (the one subprocess runner; ROOT for the tests)
+# The one subprocess runner; ROOT for the tests.
+from tests.support.subprocess_runner import ROOT, last_json, run_python  # noqa: F401
 
 MiB = 1024 * 1024
 

@@ -90,7 +90,7 @@ def install_shim() -> None:
 def run() -> tuple[int, int, int, list]:
     passed = failed = skipped = 0
     cases = []
-    sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parents[1])]  # the helpers, the runner, torchmem in place
+    sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the helpers; the checkout (torchmem in place, tests.support)
     for path in sorted(HERE.glob("test_*.py")):
         module = importlib.import_module(path.stem)
         module_marks = getattr(module, "pytestmark", [])

@@ -15,7 +15,7 @@ import json
 import pickle
 
 from cuda_helpers import MiB, check_noted, computed, requires_gpu, run_noted, that
-from subprocess_runner import run_torchmem
+from tests.support.subprocess_runner import run_torchmem
 from torchmem import replay as sim
 
 pytestmark = requires_gpu

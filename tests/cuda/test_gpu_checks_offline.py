@@ -34,7 +34,6 @@ import test_cuda_semantics
 import torchmem.cuda
 from cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
 
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 MODULES = (test_cuda_semantics, test_cuda_pressure)
@@ -341,7 +340,7 @@ def test_a_predicate_that_raises_is_a_difference():
 @pytest.fixture(scope="module")
 def recorded_snapshot(tmp_path_factory):
     """A history of torchmem's caching allocator on a simulated 4 GiB device, in PyTorch's format."""
-    from replay_recording import random_workload, record
+    from tests.support.replay_recording import random_workload, record
 
     snapshot = record(random_workload(3, 1500, streams=2, empty_cache_every=600), "", capacity=4 * GiB)
     path = tmp_path_factory.mktemp("snap") / "recorded.pickle"

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from cuda_helpers import FAKE_GPU, requires_gpu
-from subprocess_runner import run_python
+from tests.support.subprocess_runner import run_python
 
 pytestmark = [requires_gpu, pytest.mark.skipif(not FAKE_GPU, reason=(
     "compares a run of PyTorch's allocator with a run of torchmem's: needs the fake GPU, where both start "

@@ -1,7 +1,7 @@
 """policy:stitch on a GPU: the policy on cuMem* pages (its own CudaDevice,
 torchmem._C.cuda_stitch_allocator), data written through torch, memory
 stitched from free pages. Skips without a GPU. (The policy itself is tested
-on the host and simulated devices in tests/test_stitch.py and the C++
+on the host and simulated devices in tests/allocator/test_stitch.py and the C++
 driver.)"""
 import pytest
 import torch

@@ -5,7 +5,8 @@ import os
 import subprocess
 from typing import Any
 
-from subprocess_runner import ROOT, last_json, run_python  # noqa: F401  (the one subprocess runner; ROOT for the tests)
+# The one subprocess runner; ROOT for the tests.
+from tests.support.subprocess_runner import ROOT, last_json, run_python  # noqa: F401
 from torchmem import fakegpu
 
 MiB = 1 << 20

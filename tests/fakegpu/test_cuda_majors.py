@@ -19,7 +19,7 @@ import torch
 
 from torchmem import fakegpu
 from helpers import ROOT, run_json
-from subprocess_runner import run_args
+from tests.support.subprocess_runner import run_args
 
 MAJOR = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
 SYMBOL_LISTS = {  # (soname, committed list) per major

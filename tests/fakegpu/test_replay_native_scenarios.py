@@ -1,7 +1,7 @@
-"""The scenarios of tests/test_replay_exact.py, recorded by PyTorch's own allocator instead of torchmem's.
+"""The scenarios of tests/replay/test_replay_exact.py, recorded by PyTorch's own allocator instead of torchmem's.
 
 The CPU tier's replay tests replay snapshots that torchmem's allocator wrote
-(tests/replay_recording.py), so a rule torchmem gets wrong both when it
+(tests/support/replay_recording.py), so a rule torchmem gets wrong both when it
 records and when it replays cannot fail them. Here each scenario runs as an
 oracle workload (ops: tests/support/oracle_child.py) under PyTorch's
 native caching allocator on the fake GPU, and torchmem's replay of the native
@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from helpers import run_json
-from replay_recording import random_workload
-from subprocess_runner import ok, run_torchmem
+from tests.support.replay_recording import random_workload
+from tests.support.subprocess_runner import ok, run_torchmem
 from torchmem import replay as sim
 from torchmem.snapshot import snapshot_from_replay
 from tests.support import oracle
@@ -39,7 +39,7 @@ ORACLE_OPS = {"alloc": "a", "free": "f", "empty_cache": "e"}
 
 
 def mixed(seed: int, steps: int, streams: int = 1, empty_cache_every: int = 0, large: float = 0.3) -> list:
-    """tests/replay_recording.random_workload as oracle ops: mixed sizes, random frees, ids never reused."""
+    """tests/support/replay_recording.random_workload as oracle ops: mixed sizes, random frees, ids never reused."""
     return [[ORACLE_OPS[op[0]], *op[1:]] for op in random_workload(seed, steps, streams, empty_cache_every, large)]
 
 
@@ -102,7 +102,7 @@ for _conf in CONF_STRING:
 # No OOM on a 141 GiB card, with more than 80 GiB held at once (the fake GPU's memory is never touched).
 SCENARIOS["held-over-80GiB"] = W(4, "", 141 * GiB, [["a", 10_000 + i, 10 * GiB, 0] for i in range(10)]
                                  + [["f", 10_000 + i] for i in range(10)] + mixed(4, 500))
-# tests/test_caching_rules.py::test_split_segments_are_not_released_on_retry, under PyTorch's allocator.
+# tests/allocator/test_caching_rules.py::test_split_segments_are_not_released_on_retry, under PyTorch's allocator.
 SCENARIOS["retry"] = W(0, "", 60 * MiB, [["a", 0, 2 * MiB, 0]] + [["a", i, 12 * MiB, 0] for i in (1, 2, 3)]
                        + [["f", 1], ["f", 2], ["f", 3], ["a", 4, 30 * MiB, 0]])
 
@@ -382,7 +382,7 @@ def test_settings_without_a_field_come_from_the_recorded_conf_string(native, con
 
 
 def test_split_segments_are_not_released_on_retry(native):
-    """tests/test_caching_rules.py's case under PyTorch's allocator: one retry frees the two whole segments."""
+    """tests/allocator/test_caching_rules.py's case under PyTorch's allocator: one retry frees both whole segments."""
     w, snap, path, report = recorded(native, "retry")
     stats = report["stats"]
     assert stats["num_alloc_retries"] == 1 and stats["num_device_free"] == 2 and stats["num_device_alloc"] == 4
@@ -526,7 +526,7 @@ print(json.dumps([oom0, oom1]))
 
 
 def test_advise_on_a_native_snapshot_recorded_mid_run_with_an_oom(native):
-    """tests/test_advise.py::test_snapshot_recorded_mid_run_with_an_oom on PyTorch's recording."""
+    """tests/replay/test_advise.py::test_snapshot_recorded_mid_run_with_an_oom on PyTorch's recording."""
     from torchmem.replay import advise
     from torchmem.replay.advise import GRID
 
@@ -542,7 +542,7 @@ def test_advise_on_a_native_snapshot_recorded_mid_run_with_an_oom(native):
 
 
 def test_other_settings_over_a_native_start_never_corrupt_the_allocator(native):
-    """tests/test_advise.py's rebuilt-start check, on PyTorch's recording: every replay runs and stays sound."""
+    """tests/replay/test_advise.py's rebuilt-start check, on PyTorch's recording: every replay runs and stays sound."""
     from torchmem.replay import candidates
 
     w, snap, path, _ = recorded(native, "oom-mid")

@@ -11,7 +11,7 @@ import torch
 
 from torchmem import fakegpu
 from helpers import GiB, MiB, run_code, run_json
-from subprocess_runner import run_args
+from tests.support.subprocess_runner import run_args
 
 
 # The exports of the real runtime and cuBLAS, per CUDA major: test_cuda_majors.py.

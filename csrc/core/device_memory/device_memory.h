@@ -3,7 +3,7 @@
 // blocks used on several streams (stream_uses.h), allocators a thread routes
 // to (torchmem.planned() on CUDA), and the rules of a CUDA graph capture.
 // The CUDA glue (csrc/torch/cuda_allocator.cpp) is a translation of torch's
-// calls onto this class; tests drive it on a SimDevice (tests/test_device_memory.py,
+// calls onto this class; tests drive it on a SimDevice (tests/allocator/test_device_memory.py,
 // tests/cpp/core_driver.cpp).
 //
 // Allocation (allocate): the private pool whose route takes the stream,

@@ -1,0 +1,80 @@
+"""torchmem/devices.py: the one rule that names a device, the allocator serving it,
+and the hooks install() runs (the oom package's), on this machine's CPU build."""
+
+import pytest
+import torch
+
+from tests.package.test_import_circles import imports_of, package_modules
+from tests.support.subprocess_runner import run_python_json
+
+from torchmem import devices, snapshot
+from torchmem.planned import device_name as planned_device_name
+
+NAMED = [("cpu", "cpu"), (torch.device("cpu"), "cpu"), (0, "cuda:0"), (3, "cuda:3"), ("cuda:2", "cuda:2"),
+         (torch.device("cuda", 1), "cuda:1")]
+BAD = ["tpu", "cuda:x", "cuda:", "sim", True, -1, 2.0, torch.device("meta")]
+
+
+@pytest.mark.parametrize("device, name", NAMED, ids=[repr(d) for d, _ in NAMED])
+def test_a_device_is_named_by_one_rule_everywhere(device, name):
+    assert devices.device_name(device) == name
+    assert planned_device_name(device) == name
+    assert snapshot._device_key(device) == (("cpu", 0) if name == "cpu" else ("cuda", int(name[5:])))
+
+
+@pytest.mark.skipif(devices.cuda_installed(), reason="torchmem is installed on CUDA in this process")
+def test_none_is_the_cpu_while_torchmem_is_not_installed_on_cuda():
+    assert devices.device_name(None) == "cpu"
+    assert devices.caching_allocator(None) is devices.caching_allocator("cpu")
+
+
+@pytest.mark.parametrize("device", BAD, ids=repr)
+def test_what_names_no_device_is_refused_in_words(device):
+    with pytest.raises(ValueError, match="expected 'cpu', 'cuda', 'cuda:N'|not negative"):
+        devices.device_name(device)
+    with pytest.raises(ValueError, match="torchmem manages the CPU"):
+        devices.caching_allocator(device)
+
+
+@pytest.mark.skipif(devices.cuda_installed(), reason="torchmem is installed on CUDA in this process")
+@pytest.mark.parametrize("device", [0, "cuda", "cuda:1", torch.device("cuda")], ids=repr)
+def test_a_cuda_device_is_refused_while_torchmem_is_not_installed_there(device):
+    with pytest.raises(ValueError, match="not installed on CUDA"):
+        devices.caching_allocator(device)
+
+
+def test_installing_does_not_import_the_oom_package():
+    modules = package_modules()
+    for name in ("torchmem._install", "torchmem.cuda", "torchmem.devices"):
+        path, is_init = modules[name]
+        assert not [m for m in imports_of(name, path, is_init, modules) if m.startswith("torchmem.oom")], name
+
+
+def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
+    template = str(tmp_path / "oom_{pid}.pickle")
+    out = run_python_json(f"""
+        import json, torchmem
+        from torchmem import devices
+        from torchmem.oom import dump
+        hooks = devices.install_hooks()
+        refused = ""
+        try:
+            torchmem.install(dump_on_oom="oom_{{step}}.pickle")  # the hook's check runs before anything is installed
+        except ValueError as e:
+            refused = str(e)
+        installed_after_refusal = devices.cpu_installed() or devices.cuda_installed()
+        torchmem.install(dump_on_oom={template!r})
+        print(json.dumps({{"hooks": [(a.__module__, a.__name__, c.__module__, c.__name__) for a, c in hooks],
+                          "refused": refused, "installed_after_refusal": installed_after_refusal,
+                          "dumping": dump.dumping()}}))
+    """)
+    assert out["hooks"] == [["torchmem.oom.dump", "_installed", "torchmem.oom.dump", "_check_install_request"]]
+    assert "unknown placeholder {step}" in out["refused"] and not out["installed_after_refusal"]
+    assert out["dumping"]["backend"] == ("torchmem-cuda" if torch.cuda.is_available() else "torchmem-cpu")
+    assert out["dumping"]["path"] == template
+
+
+def test_devices_reads_nothing_of_torchmem_but_the_extension():
+    modules = package_modules()
+    path, is_init = modules["torchmem.devices"]
+    assert imports_of("torchmem.devices", path, is_init, modules) == {}

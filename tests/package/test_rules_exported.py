@@ -1,0 +1,47 @@
+"""PyTorch's allocator rules live in the core (csrc/core/base/alloc_config.h, ReplayOp); Python reads them from
+torchmem._C.rules and keeps no copy of its own."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from torchmem import _C
+
+MiB = 1 << 20
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_allocation_size_is_pytorchs_get_allocation_size():
+    """CUDACachingAllocator.cpp's get_allocation_size: a small-pool segment for requests up to 1 MiB, a large
+    segment below 10 MiB, else the request rounded up to 2 MiB."""
+    size = _C.rules.allocation_size
+    assert [size(512), size(MiB), size(MiB + 512), size(10 * MiB - 512)] == [2 * MiB, 2 * MiB, 20 * MiB, 20 * MiB]
+    assert [size(10 * MiB), size(10 * MiB + 512), size(100 * MiB + 1)] == [10 * MiB, 12 * MiB, 102 * MiB]
+    assert size(MiB + 512, 64 * MiB) == 64 * MiB  # large_segment_size_mb
+
+
+def test_an_expandable_range_is_nine_eighths_of_the_card_in_whole_pages():
+    """find_expandable_space: 9/8 of the device, rounded up to the pool's page."""
+    assert _C.rules.expandable_range_size(80 << 30, 20 * MiB) == -(-(90 << 30) // (20 * MiB)) * (20 * MiB)
+    assert _C.rules.expandable_range_size(24 * 10**9, 2 * MiB) == -(-(27 * 10**9) // (2 * MiB)) * (2 * MiB)
+
+
+def test_the_op_codes_are_the_replayers():
+    from torchmem import trace_types
+
+    ops = _C.rules.REPLAY_OPS
+    assert sorted(ops.values()) == list(range(_C.replay_op_count))
+    assert all(getattr(trace_types, name) == code for name, code in ops.items())
+
+
+def test_the_python_replay_holds_no_copy_of_a_size_rule_or_op_code():
+    """No MiB literal of the allocator's sizes and no op-code numbers in the replay's Python."""
+    files = [*sorted((ROOT / "torchmem" / "replay").glob("*.py")), ROOT / "torchmem" / "trace_types.py"]
+    copies = []
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"\b(1|2|10|20)\s*<<\s*20\b|\b(1048576|2097152|10485760|20971520)\b", code) or \
+                    re.search(r"^\s*[A-Z_]+(, [A-Z_]+)+ = \d+(, \d+)+", code):
+                copies.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not copies, "\n".join(copies)
