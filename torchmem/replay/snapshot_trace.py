@@ -196,13 +196,14 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     ooms = [{"index": o.index, "entry": o.entry, "size": o.size, "stream": o.stream, "device_free": o.device_free,
              "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
     expandable = _C.rules.config_fields(conf or "")["expandable_segments"]
+    peak_reserved = start.reserved + b.reserved_peak
     if ooms:
         oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
     elif expandable:
         ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
-        if capacity is not None and capacity >= start.reserved + b.reserved_peak:
+        if capacity is not None and capacity >= peak_reserved:
             capacity_from = "expandable"
         else:
             capacity = None
@@ -213,7 +214,6 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                       for run in b.retry_releases]
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
-    peak_reserved = start.reserved + b.reserved_peak
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
     retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card, card_from == "oom",
                          fraction_from == "inferred", limit_low)
