@@ -24,6 +24,14 @@ def fmt_size(n: int | float, decimals: int = 2) -> str:
     return f"{value:.{decimals}f} TiB"
 
 
+def size_unit(peak: float) -> tuple[int, str]:
+    """The unit of an axis whose largest value is `peak` bytes, as fmt_size would pick it: (bytes per unit, name)."""
+    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if peak >= scale:
+            return scale, name
+    return 1, "B"
+
+
 def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = False) -> int:
     """Bytes from an int or a string with a unit like "80GiB" (2**30 bytes each) or "80GB" (10**9 bytes
     each); "8" alone is refused (bytes? GiB?), "8B" is 8 bytes. ValueError if negative (or zero)."""

@@ -170,3 +170,36 @@ def test_the_walk_sees_every_kind_of_import(tmp_path):
     assert graph == {"pkg": {"pkg.a": 1}, "pkg.a": {"pkg.sub.b": 2}, "pkg.sub": {},
                      "pkg.sub.b": {"pkg.d": 4, "pkg.c": 5}, "pkg.c": {"pkg.a": 1, "pkg": 2}, "pkg.d": {}}
     assert circles(graph) == [["pkg", "pkg.a", "pkg.sub.b", "pkg.c", "pkg"]]
+
+
+def private_imports(root: str = os.path.join(ROOT, PACKAGE)) -> list[str]:
+    """Each `from torchmem.X import _name` of a private name that is not a module: 'file:line: X._name'."""
+    modules = package_modules(root)
+    known = set(modules) | LEAVES
+    found = []
+    for name, (path, is_init) in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith(PACKAGE):
+                continue
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.endswith("__")  # __all__ is public
+                if private and f"{node.module}.{alias.name}" not in known:
+                    found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}: {node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_names():
+    """A private name is its module's own: a module that imports one works on another's insides."""
+    found = private_imports()
+    assert not found, "private names imported across modules:\n  " + "\n  ".join(found)
+
+
+def test_a_private_import_is_found(tmp_path):
+    pkg = tmp_path / PACKAGE
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_inside = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from torchmem.a import _inside\n    from torchmem import _C\n")
+    assert private_imports(str(pkg)) == [f"{os.path.relpath(str(pkg / 'b.py'), ROOT)}:2: torchmem.a._inside"]

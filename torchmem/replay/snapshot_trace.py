@@ -42,7 +42,7 @@ from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction,
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
 from torchmem.replay.retries import retry_runs
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
-from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, _free_action, run_pass
+from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
 from torchmem.trace_types import CHUNK, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
 
 
@@ -183,11 +183,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     entries = traces[device] if device < len(traces) else []
     if not isinstance(entries, list):
         raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
-    actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
-    free_action = "free_completed" if "free_completed" in actions else _free_action(entries, snapshot.get("segments"))
-
     bad = BadEntries(name, device, skip_bad_events)
-    b = run_pass(entries, free_action, bad, snapshot.get("segments"))
+    b = run_pass(entries, bad, snapshot.get("segments"))
     start, final_end = rebuild_start_state(snapshot, b, bad)
     conf = recorded_conf(snapshot.get("allocator_settings"))
     bad.count += fix_block_sizes(start, conf or "", f"{name}: device {device}", skip_bad_events)

@@ -451,8 +451,11 @@ class _Builder:
             pools=len(self.pools), pools_inferred=self.pools_inferred)
 
 
-def run_pass(entries: list, free_action: str, bad_entry: BadEntries, final_segments: Any = None) -> TracePass:
-    """One pass over a device's trace entries; a bad entry goes to `bad_entry` (raised, or counted)."""
+def run_pass(entries: list, bad_entry: BadEntries, final_segments: Any = None) -> TracePass:
+    """One pass over a device's trace entries; a bad entry goes to `bad_entry` (raised, or counted).
+    `final_segments`: the snapshot's, which tell the action that frees a block and, on torch 2.11, the pools."""
+    actions = {e.get("action") for e in entries if isinstance(e, dict) and isinstance(e.get("action"), str)}
+    free_action = "free_completed" if "free_completed" in actions else _free_action(entries, final_segments)
     b = _Builder(bad_entry, final_segments)
     for i, entry in enumerate(entries):
         b.entry(i, entry, free_action)

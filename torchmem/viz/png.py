@@ -5,7 +5,7 @@ import os
 from typing import Callable
 
 from torchmem.viz.timeline import Timeline, timeline
-from torchmem.sizes import fmt_size
+from torchmem.sizes import fmt_size, size_unit
 from torchmem.viz.totals import totals
 
 COLORS = {
@@ -30,13 +30,6 @@ def _pyplot():
     return plt
 
 
-def _unit(peak: float) -> tuple[float, str]:
-    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if peak >= scale:
-            return scale, name
-    return 1, "B"
-
-
 def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", device: int | None = None,
                   x: str = "event", progress: Callable[[int], None] | None = None,
                   series: Timeline | None = None) -> Timeline:
@@ -46,7 +39,7 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
         raise ValueError("the snapshot has no history (device_traces is empty): record with "
                          "torchmem.record_memory_history() before dump_snapshot(), or replay with history=N")
     plt = _pyplot()
-    scale, unit = _unit(max(int(t.reserved.max()), int(t.allocated.max()), 1))
+    scale, unit = size_unit(max(int(t.reserved.max()), int(t.allocated.max()), 1))
     if x == "time":
         x_all = (t.time_us - t.time_us[0]) / 1e6
         x_free = x_all[t.free_index]

@@ -29,13 +29,13 @@ def entry_axis(result, events):
 
 def plot_replays(results: Sequence, path: str, title: str = "") -> None:
     """Allocated and reserved over the trace, one panel per config, OOM marked; x: the snapshot's trace entries."""
-    from torchmem.viz.png import _unit
+    from torchmem.sizes import size_unit
     from torchmem.sizes import fmt_size
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.8 * len(results)), sharex=True, squeeze=False)
     peak_all = max(max(r.peak_reserved, r.oom["reserved"] + r.oom["size"] if r.oom else 0) for r in results)
-    gib, unit = _unit(max(peak_all, 1))  # one unit for every panel (they share the axis), chosen by the largest figure
+    gib, unit = size_unit(max(peak_all, 1))  # one unit for every panel (they share the axis), chosen by the largest figure
     xlabel = "event"
     for ax, r in zip(axes[:, 0], results):
         t = r.timeline
