@@ -57,7 +57,8 @@ long long fakegpu_counter(const char *name);
 void fakegpu_reset_counters(void);
 
 /* Bytes of device memory in use on a device (cudaMalloc and cuMemCreate, in
- * 2 MiB units), or -1 for an unknown device. */
+ * 2 MiB units, and what fakegpu_set_device_held holds), or -1 for an unknown
+ * device. */
 long long fakegpu_device_used(int device);
 
 /* The card's memory in bytes, or -1 for an unknown device. */
@@ -66,6 +67,12 @@ long long fakegpu_device_total(int device);
 /* Sets a card's memory (bytes). Returns 0, or -1 for an unknown device or a
  * size below what is in use. */
 int fakegpu_set_device_total(int device, unsigned long long bytes);
+
+/* Holds `bytes` of a card's memory outside every allocator, as a CUDA
+ * context or another process does on a real GPU: in use (cudaMemGetInfo's
+ * free drops by it), never allocated. Replaces what was held before.
+ * Returns 0, or -1 for an unknown device or more than the card has free. */
+int fakegpu_set_device_held(int device, unsigned long long bytes);
 
 /* Captures under way (cudaStreamBeginCapture without its end). */
 int fakegpu_captures_underway(void);

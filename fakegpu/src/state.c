@@ -238,6 +238,21 @@ long long fakegpu_device_total(int device) {
   return (long long)fg_devices[device].total;
 }
 
+int fakegpu_set_device_held(int device, unsigned long long bytes) {
+  fg_init();
+  if (device < 0 || device >= fg_device_count) return -1;
+  pthread_mutex_lock(&fg_lock);
+  struct fg_device *d = &fg_devices[device];
+  unsigned long long others = d->used - d->held;
+  int ok = bytes <= d->total && others <= d->total - bytes;
+  if (ok) {
+    d->used = others + bytes;
+    d->held = bytes;
+  }
+  pthread_mutex_unlock(&fg_lock);
+  return ok ? 0 : -1;
+}
+
 int fakegpu_set_device_total(int device, unsigned long long bytes) {
   fg_init();
   if (device < 0 || device >= fg_device_count) return -1;

@@ -28,7 +28,8 @@
 
 struct fg_device {
   unsigned long long total;
-  unsigned long long used;
+  unsigned long long used;  /* allocations, in granules, plus held */
+  unsigned long long held;  /* outside every allocator (fakegpu_set_device_held) */
 };
 
 struct fg_stream {

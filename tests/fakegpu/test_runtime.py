@@ -62,6 +62,35 @@ def test_out_of_memory_at_the_cards_size():
     assert got["reserved"] == 6 * GiB
 
 
+def test_memory_held_outside_pytorch_is_in_use_but_not_the_cards_size():
+    """As a CUDA context on a GPU: free memory drops, the total does not, and PyTorch's OOM comes that much sooner."""
+    got = run_json("""
+        import json, torch
+        from torchmem.fakegpu import Control
+        c = Control()
+        c.set_held(0, "512MiB")
+        free, total = torch.cuda.mem_get_info()
+        a = torch.empty(7 << 30, dtype=torch.uint8, device="cuda")
+        try:
+            torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+            raised = False
+        except torch.OutOfMemoryError:
+            raised = True
+        c.set_held(0, 0)
+        b = torch.empty(600 << 20, dtype=torch.uint8, device="cuda")
+        try:
+            c.set_held(0, "1GiB")
+            refused = False
+        except Exception:
+            refused = True
+        print(json.dumps({"free": free, "total": total, "raised": raised, "refused": refused,
+                          "props": torch.cuda.get_device_properties(0).total_memory}))
+    """, card="8GiB")
+    assert got["free"] == 8 * GiB - 512 * MiB and got["total"] == got["props"] == 8 * GiB
+    assert got["raised"]  # 7 GiB + 600 MiB fit the card, not beside 512 MiB held
+    assert got["refused"]  # 7 GiB + 600 MiB in use leave less than 1 GiB to hold
+
+
 def test_record_stream_free_waits_for_the_held_stream():
     """PyTorch's native deferred free: the block comes back only once the side stream's work completes."""
     got = run_json("""

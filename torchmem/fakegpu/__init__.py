@@ -328,6 +328,7 @@ class Control:
             ("fakegpu_device_used", ctypes.c_longlong, [ctypes.c_int]),
             ("fakegpu_device_total", ctypes.c_longlong, [ctypes.c_int]),
             ("fakegpu_set_device_total", ctypes.c_int, [ctypes.c_int, ctypes.c_ulonglong]),
+            ("fakegpu_set_device_held", ctypes.c_int, [ctypes.c_int, ctypes.c_ulonglong]),
             ("fakegpu_captures_underway", ctypes.c_int, []),
         ]:
             fn = getattr(lib, name)
@@ -395,6 +396,13 @@ class Control:
 
     def total(self, device: int = 0) -> int:
         return int(self._lib.fakegpu_device_total(device))
+
+    def set_held(self, device: int, memory: str | int) -> None:
+        """Holds this much of a card's memory outside every allocator, as a CUDA context does (replaces the last)."""
+        size = memory if isinstance(memory, int) else parse_memory(memory)
+        if self._lib.fakegpu_set_device_held(device, size) != 0:
+            raise FakeGPUError(f"cannot hold {size} bytes of device {device} ({self.used(device)} of "
+                               f"{self.total(device)} in use)")
 
     def set_total(self, device: int, memory: str | int) -> None:
         """Changes a card's memory (not below what is in use)."""
