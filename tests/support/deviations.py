@@ -82,10 +82,11 @@ DEVIATIONS: tuple[Deviation, ...] = (
     ),
     Deviation(
         "mid-way-segment-age",
-        "a run recorded mid-way on torch 2.13+: the age of the segments made before recording began is not in "
+        "a run recorded mid-way (or whose history's ring wrapped) on torch 2.13+: the age of the segments made "
+        "before recording began is not in "
         "the snapshot (the replay takes their address order), so a tie between equal free blocks in them, "
         "which PyTorch breaks by segment age, can go the other way.",
-        lambda w, p: bool(w.record_at) and all(x.startswith(("trace differs", "final segments")) for x in p),
+        lambda w, p: not w.from_start and all(x.startswith(("trace differs", "final segments")) for x in p),
     ),
     Deviation(
         "expandable-full-card",
@@ -97,7 +98,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "and a failed request that maps pages before it fails has them unmapped by the release after it, which "
         "the replay makes, as recorded, before the request, so the trace's order differs. (Where the statistics "
         "show the full card: a retry, a device map or unmap, or the reserved peak differ.)",
-        lambda w, p: _conf_has(w, "expandable_segments:True") and not w.record_at
+        lambda w, p: _conf_has(w, "expandable_segments:True") and w.from_start
         and bool(_stat_keys(" ".join(p)) & {"num_alloc_retries", "num_device_alloc", "num_device_free",
                                              "reserved_bytes.all.peak"}),
     ),

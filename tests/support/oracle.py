@@ -3,7 +3,9 @@
 A generator makes random workloads (sizes across the small pool, 1-10 MiB and
 large; one to three streams with record_stream and held-back events;
 empty_cache; memory fractions; caught out-of-memory errors; CUDA graphs and
-torch.cuda.MemPool; runs recorded from mid-way) under every setting PyTorch's parser accepts. Each runs under
+torch.cuda.MemPool; runs recorded from mid-way; histories whose ring wraps;
+memory held outside PyTorch, as a real GPU's CUDA context holds it) under
+every setting PyTorch's parser accepts. Each runs under
 PyTorch's native allocator on the fake GPU (tests.support.oracle_child),
 which writes a native snapshot; torchmem's replay of that snapshot, given no
 hints, must then reproduce it:
@@ -13,7 +15,7 @@ hints, must then reproduce it:
   every allocation lands at its native address, segments come in the same
   sizes and order, and every OOM at its entry;
 - the final segments block by block;
-- for runs recorded from the start, the statistics PyTorch reported.
+- for runs whose snapshot holds the whole run, the statistics PyTorch reported.
 
 A diverging case is shrunk (ops removed while it still diverges) to a short
 reproducer. `check()` runs workloads and returns their problems; the tests
@@ -29,7 +31,7 @@ import random
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -79,6 +81,13 @@ class Workload:
     # Python stacks on every trace entry (PyTorch's default context="all"); else none (context=None):
     # odd seeds record them, so the replay's rules for either kind of snapshot are held to PyTorch.
     stacks: bool = False
+    held: int = 0  # bytes of the card held outside PyTorch's allocator, as a real GPU's CUDA context holds them
+    max_entries: int = 0  # the history's ring (_record_memory_history's max_entries); 0: a million, no wrap
+
+    @property
+    def from_start(self) -> bool:
+        """Whether the snapshot may hold the whole run: recorded from the first op, into a ring that never wraps."""
+        return not self.record_at and not self.max_entries
 
     def describe(self) -> str:
         parts = [f"seed {self.seed}", f"conf {self.conf or '(defaults)'}", f"card {self.card / GiB:g} GiB",
@@ -89,6 +98,10 @@ class Workload:
             parts.append(f"recorded from op {self.record_at}")
         if self.stacks:
             parts.append("with stacks")
+        if self.held:
+            parts.append(f"{self.held / MiB:g} MiB held by others")
+        if self.max_entries:
+            parts.append(f"a ring of {self.max_entries} entries")
         return ", ".join(parts)
 
 
@@ -138,7 +151,12 @@ def generate(seed: int, conf: str | None = None) -> Workload:
             if rng.random() < 0.5:
                 ops.insert(rng.randrange(at + 1, len(ops) + 1), [kind + "d"])
     record_at = rng.randrange(1, len(ops) // 2) if rng.random() < 0.2 else 0
-    return Workload(seed, conf, card, ops, fraction, record_at, stacks=seed % 2 == 1)
+    # Drawn apart, so that the draws above stay what they were for every seed.
+    extra = random.Random(seed ^ 0x5EED)
+    held = extra.randint(1, card // (32 * MiB)) * 2 * MiB if extra.random() < 0.5 else 0
+    max_entries = extra.randint(30, 200) if extra.random() < 0.1 else 0
+    return Workload(seed, conf, card, ops, fraction, record_at, stacks=seed % 2 == 1, held=held,
+                    max_entries=max_entries)
 
 
 # ------------------------------------------------------------------ running natively
@@ -242,7 +260,7 @@ def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workl
                         f"{replayed[at] if at < len(replayed) else 'ends'}")
     if not stopped_at_oom and _layout(native["segments"]) != _layout(result.segments):
         problems.append(f"final segments differ ({len(native['segments'])} native, {len(result.segments)} replayed)")
-    if not workload.record_at and not stopped_at_oom:
+    if workload.from_start and not stopped_at_oom:
         stats = report["stats"]
         ours = {"allocated_bytes.all.peak": result.peak_allocated, "reserved_bytes.all.peak": result.peak_reserved}
         ours.update({k: v for k, v in (result.stats or {}).items() if k in stats and k not in ours})
@@ -271,7 +289,7 @@ def check(workloads: list[Workload], progress: Callable[[int], None] | None = No
 def _without(w: Workload, start: int, stop: int) -> Workload:
     ops = w.ops[:start] + w.ops[stop:]
     record_at = 0 if not w.record_at else max(1, min(len(ops) - 1, w.record_at - max(0, min(stop, w.record_at) - start)))
-    return Workload(w.seed, w.conf, w.card, ops, w.fraction, record_at, w.stacks)
+    return replace(w, ops=ops, record_at=record_at)
 
 
 def problem_kind(problem: str) -> str:

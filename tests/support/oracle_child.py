@@ -56,7 +56,7 @@ def run_one(workload: dict, streams: list, control: Control) -> tuple[dict, dict
     def record() -> None:
         nonlocal recording
         context = "all" if workload.get("stacks") else None  # Python stacks on every entry, or none
-        options = {"context": context, "stacks": "python", "max_entries": 1_000_000}
+        options = {"context": context, "stacks": "python", "max_entries": workload.get("max_entries") or 1_000_000}
         if "clear_history" in inspect.signature(torch.cuda.memory._record_memory_history_impl).parameters:
             options["clear_history"] = True
         else:  # torch 2.6 has no clear_history: turning recording off clears the history there
@@ -168,7 +168,9 @@ def run_group(workloads: list[dict], out: str) -> None:
     streams = [torch.cuda.default_stream()] + [torch.cuda.Stream() for _ in range(2)]
     for index, workload in enumerate(workloads):
         reset(streams, control)
+        control.set_held(0, 0)
         control.set_total(0, workload["card"])
+        control.set_held(0, workload.get("held", 0))
         if workload.get("fraction"):
             torch.cuda.set_per_process_memory_fraction(workload["fraction"])
         snapshot, report = run_one(workload, streams, control)
