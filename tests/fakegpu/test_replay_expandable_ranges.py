@@ -54,6 +54,12 @@ SCENARIOS = {
     # right below another range, whose size (4620 MiB) is a large range's.
     "spacing": W(3, EXPANDABLE, 4 * GiB, [["a", 0, 20 * MiB, 1], ["a", 1, 20 * MiB, 0], ["a", 2, 300 << 10, 1],
                                           ["a", 3, 300 << 10, 0], ["a", 4, 40 * MiB, 1], ["a", 5, 200 << 10, 0]]),
+    # 42 MiB of the 2 GiB card held outside PyTorch, as by a CUDA context: the 1500 MiB request maps its
+    # pages at 800-2300 MiB of the large range (2320 MiB: 9/8 of the card), past the 2260 MiB a range of
+    # what the process could hold (2006 MiB) would have. The small range right below tells the card.
+    "held-by-others": W(7, EXPANDABLE, 2 * GiB, [["a", 0, 300 << 10, 0], ["a", 1, 600 * MiB, 0],
+                                                 ["a", 2, 200 * MiB, 0], ["f", 1], ["e"], ["a", 3, 1500 * MiB, 0],
+                                                 ["o", 3 * GiB, 0]], held=42 * MiB),
 }
 # Two workloads in one process, as the oracle runs a setting: the first keeps ranges sized for a 2 GiB card
 # (a failed request); the second runs on a 4 GiB card.
@@ -149,3 +155,14 @@ def test_a_range_kept_by_one_workload_does_not_serve_the_next(native):
     maps = entries(path, "segment_map")
     firsts = sorted({m["addr"] for m in maps if m["size"] >= 20 * MiB})
     assert firsts[1] - firsts[0] == range_size(4 * GiB, 20 * MiB)  # stream 0's range, then stream 1's
+
+
+def test_the_card_behind_an_oom_is_the_ranges_not_what_the_process_could_hold(native, monkeypatch):
+    """Note [The card behind an OOM]: the ranges' spacing gives the card, and the rest is held by others."""
+    w, path, report = native["held-by-others"]
+    result = sim.replay(str(path))
+    assert result.exact and result.capacity == 2 * GiB and result.in_use_by_others == 42 * MiB
+    assert result.recorded_oom["reproduced"]
+    monkeypatch.setattr(importlib.import_module("torchmem.replay.snapshot_trace"), "card_from_spacing",
+                        lambda ranges: None)
+    assert not sim.replay(str(path)).exact  # on what the process could hold, the 1500 MiB map lands elsewhere

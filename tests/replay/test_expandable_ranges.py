@@ -8,7 +8,7 @@ MiB) are those the fake GPU's native runs show
 """
 from __future__ import annotations
 
-from torchmem.replay.capacity import expandable_capacity, largest_capacity_within, range_size
+from torchmem.replay.capacity import card_from_spacing, expandable_capacity, largest_capacity_within, range_size
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -47,3 +47,12 @@ def test_a_large_range_alone_tells_the_card_to_within_a_large_page():
 def test_no_range_above_another_tells_nothing():
     assert expandable_capacity([(0, False, None)], 80 * GiB) is None
     assert expandable_capacity([(0, False, 100 * GiB)], 80 * GiB) is None  # the default's ranges fit
+
+
+def test_the_card_from_two_ranges_side_by_side():
+    """A 2 GiB card: a large range (2,320 MiB) with a small one right above it; what the process could hold
+    at an OOM (2,006 MiB, 42 MiB held by the CUDA context) would size ranges 60 MiB short."""
+    card = card_from_spacing([(0, False, 2320 * MiB), (2320 * MiB, True, None)])
+    assert card is not None and range_size(card, 20 * MiB) == 2320 * MiB >= range_size(2 * GiB, 20 * MiB)
+    assert range_size(2006 * MiB, 20 * MiB) < 2320 * MiB
+    assert card_from_spacing([(0, False, None)]) is None  # one range tells nothing

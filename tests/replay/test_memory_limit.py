@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchmem.replay.memory_limit import (LimitBounds, bounds, conf_fraction, highest_fraction, infer_fraction,
-                                          limit_of)
+from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, highest_fraction,
+                                          infer_fraction, limit_of)
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -52,3 +52,18 @@ def test_no_fraction_without_a_refusal_or_a_card():
                                             ("max_split_size_mb:64", None), ("per_process_memory_fraction:x", None)])
 def test_conf_fraction(conf, fraction):
     assert conf_fraction(conf) == fraction
+
+
+def test_a_configured_fraction_below_every_segment_made_implies_memory_held_by_others():
+    """0.6 of what the process could hold (1,000 MiB) is below the 650 MiB the trace reserved: the card was
+    larger and the rest held outside PyTorch; the least card whose limit allows 650 MiB is 650 / 0.6."""
+    MiB = 1 << 20
+    no_refusal = LimitBounds(lo=650 * MiB, hi=None)
+    card = card_for_fraction(0.6, 1000 * MiB, no_refusal)
+    assert card is not None and int(0.6 * card) >= 650 * MiB > int(0.6 * (card - 1))
+    # With a refusal by the limit at 700 MiB, the largest card whose limit stays below it.
+    refused = LimitBounds(lo=650 * MiB, hi=700 * MiB)
+    card = card_for_fraction(0.6, 1000 * MiB, refused)
+    assert int(0.6 * card) < 700 * MiB <= int(0.6 * (card + 1))
+    # A fraction that fits what the process could hold needs no other card.
+    assert card_for_fraction(0.6, 1100 * MiB, no_refusal) is None

@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--capacity", default=None, type=arguments.size("--capacity"),
                    help="device capacity with a unit: 80GiB (2**30 bytes each) or 80GB (10**9 bytes each) "
                         "(default: from the snapshot's OOM, else 80GiB)")
-    p.add_argument("--in-use-by-others", default="0", type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default 0)")
+    p.add_argument("--in-use-by-others", default=None, type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default: what the recording's card held, on its own card; else 0)")
     p.add_argument("--conf", default=None, type=arguments.conf, help="allocator config (default: the snapshot's recorded settings)")
     p.add_argument("--compare", nargs="+", metavar="CONF", default=None, type=arguments.conf,
                    help="also replay under these configs ('' = PyTorch's defaults; policy:stitch = torchmem's "

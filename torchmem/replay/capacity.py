@@ -53,10 +53,7 @@ def expandable_capacity(ranges: Iterable[tuple[int, bool, int | None]], default:
     the largest under both. None when no range has one above it or
     `default`'s ranges already fit.
     """
-    gaps: dict[bool, int] = {}
-    for base, is_small, following in ranges:
-        if following is not None and following > base:
-            gaps[is_small] = min(following - base, gaps.get(is_small, following - base))
+    gaps = _gaps(ranges)
     if not gaps:
         return None
     large_gap, small_gap = gaps.get(False, 1 << 62), gaps.get(True, 1 << 62)
@@ -64,6 +61,25 @@ def expandable_capacity(ranges: Iterable[tuple[int, bool, int | None]], default:
         return None
     capacity = largest_capacity_within(large_gap, small_gap)
     return capacity or None
+
+
+def card_from_spacing(ranges: Iterable[tuple[int, bool, int | None]]) -> int | None:
+    """The largest card whose expandable ranges fit between the recorded ones, or None when no range has one
+    above it (`ranges` as for expandable_capacity). Where PyTorch's ranges lie side by side, as the driver
+    reserves them, that is the card to within a large page (exactly, with a small range followed closely)."""
+    gaps = _gaps(ranges)
+    if not gaps:
+        return None
+    return largest_capacity_within(gaps.get(False, 1 << 62), gaps.get(True, 1 << 62)) or None
+
+
+def _gaps(ranges: Iterable[tuple[int, bool, int | None]]) -> dict[bool, int]:
+    """The least distance from a range's base to the next base above it, per kind (is_small)."""
+    gaps: dict[bool, int] = {}
+    for base, is_small, following in ranges:
+        if following is not None and following > base:
+            gaps[is_small] = min(following - base, gaps.get(is_small, following - base))
+    return gaps
 
 
 def recorded_capacity(recorded: Any) -> tuple[int, str]:

@@ -54,15 +54,16 @@ from torchmem.replay.release_runs import PROGRAM, ReleaseRun
 
 
 def retry_runs(runs: list[ReleaseRun], conf: str, start_reserved: int, peak_reserved: int, card: int,
-               card_known: bool, fraction_inferred: bool, limit_low: int | None) -> list[ReleaseRun]:
+               card_known: bool, fraction_inferred: bool, limit_low: int | None, held: int = 0) -> list[ReleaseRun]:
     """The runs of releases behind which the recording's allocator retried.
 
-    The most the allocator could reserve: the card (`card`, where an OOM
-    told it: card_known; else at least the most the recording held,
-    `peak_reserved`), or a memory fraction's limit when lower (for an
-    inferred fraction its lowest, `limit_low`, the trace's bound).
+    The most the allocator could reserve: the card less what others `held`
+    (where an OOM told it: card_known; else at least the most the recording
+    held, `peak_reserved`), or a memory fraction's limit when lower (a share
+    of the card; for an inferred fraction its lowest, `limit_low`, the
+    trace's bound).
     """
-    most = card if card_known else peak_reserved
+    most = card - held if card_known else peak_reserved
     fraction = conf_fraction(conf)
     collector = None
     if fraction is not None and fraction < 1.0:

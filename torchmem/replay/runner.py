@@ -216,7 +216,7 @@ def replay(
     skip_bad_events: bool = False,
     progress: Callable[[int], None] | None = None,
     history: int = 0,
-    in_use_by_others: int | str = 0,
+    in_use_by_others: int | str | None = None,
     follow_recording: bool | None = None,
 ) -> ReplayResult:
     """Replay `trace` through the caching allocator on a simulated device.
@@ -242,6 +242,9 @@ def replay(
         history: keep this many history entries (for snapshots of the replay).
         in_use_by_others: bytes of the device held outside PyTorch's allocator
             (CUDA context, NCCL buffers, other processes), e.g. "6GiB".
+            Default: on the recording's own card (no `capacity` given),
+            what its card held outside PyTorch (Note [The card behind an
+            OOM] in replay/snapshot_trace.py), else 0.
         follow_recording: offer each recorded segment address to the device
             and compare every placement with the recording. Default: when the
             config is the recorded one.
@@ -251,6 +254,8 @@ def replay(
     capacity_source = "given"
     if capacity is None:
         capacity, capacity_source = recorded_capacity(recorded)
+        if in_use_by_others is None and recorded is not None:
+            in_use_by_others = recorded.held
     capacity = parse_capacity(capacity)
     conf_source = "given"
     if conf is None:
@@ -266,7 +271,7 @@ def replay(
         follow_recording = recorded is not None and normalize_conf(conf) == normalize_conf(recorded.conf or "")
     follow_recording = bool(follow_recording and recorded is not None)
     sample_every = max(1, (trace.total or 0) // MAX_TIMELINE_POINTS) if trace.total else 256
-    others = parse_bytes(in_use_by_others, "in_use_by_others", allow_zero=True)
+    others = parse_bytes(in_use_by_others or 0, "in_use_by_others", allow_zero=True)
     if others >= capacity:
         raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
     replayer = _C.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)

@@ -37,8 +37,8 @@ import numpy as np
 
 from torchmem import _C
 from torchmem.pytorch_env import conf_items, recorded_conf_string
-from torchmem.replay.capacity import DEFAULT_CAPACITY, card_of, expandable_capacity, segment_request
-from torchmem.replay.memory_limit import bounds, conf_fraction, format_fraction, infer_fraction
+from torchmem.replay.capacity import DEFAULT_CAPACITY, card_from_spacing, card_of, expandable_capacity, segment_request
+from torchmem.replay.memory_limit import LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
 from torchmem.replay.retries import retry_runs
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
@@ -61,6 +61,7 @@ class RecordedRun:
     max_address: int = 0
     event_entries: Any = None                # numpy: the trace entry each replay event comes from
     capacity_from: str | None = None         # "oom" (reserved + device_free at the OOM) or "expandable" (capacity.py)
+    held: int = 0                            # the card's memory held outside PyTorch (Note [The card behind an OOM])
     fraction_from: str = "none"              # the conf's per_process_memory_fraction: "config", "inferred" or "none"
     limit_low: int | None = None             # an inferred fraction's lowest possible limit (memory_limit.py)
     peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
@@ -122,13 +123,10 @@ def _creation_needs(b: TracePass, lss: int) -> list[int]:
     return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
 
 
-def _with_fraction(conf: str | None, capacity: int | None, creations: list[tuple[int, int]],
+def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
                    ooms: list[dict]) -> tuple[str | None, str, int | None]:
     """The recorded config with the memory fraction the trace shows (memory_limit.py), where it comes from,
-    and for an inferred one the lowest limit the trace allows. `creations`: (reserved before, need) of
-    every segment made, reserved bytes absolute."""
-    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
-                    large_segment_size(conf or ""))
+    and for an inferred one the lowest limit the trace allows (`limits`: the trace's bounds)."""
     fraction, source = infer_fraction(capacity if ooms else None, limits, conf_fraction(conf or ""))
     if conf is None and fraction is None:
         return None, source, None  # no settings recorded, and nothing to add
@@ -163,6 +161,21 @@ def _conf_only_items(conf: Any) -> list[str]:
     return out
 
 
+# Note [The card behind an OOM]
+# An oom entry records what the card still had free (device_free), so
+# reserved + device_free is what the process could hold. A real GPU also
+# holds memory outside PyTorch: its CUDA context, another process. That is
+# not in the snapshot, nor is the card's size, yet PyTorch sizes each
+# expandable range at 9/8 of the card (cudaDeviceProp.totalGlobalMem) and a
+# memory fraction's limit as a share of it. Where two expandable ranges lie
+# side by side, their spacing gives the card (capacity.card_from_spacing; to
+# within a large page); when that is more than what the process could hold,
+# the replay takes that card, with the difference held by others
+# (RecordedRun.held, the replay's default in_use_by_others). Otherwise the
+# card is taken to be what the process could hold. Checked on the fake GPU
+# with memory held (tests/support/oracle.py draws it: Control.set_held).
+
+
 def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
     """The replayable trace of one device of a snapshot (see the module docstring).
 
@@ -194,9 +207,13 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
              "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
     expandable = _C.rules.config_fields(conf or "")["expandable_segments"]
     peak_reserved = start.reserved + b.reserved_peak
+    held = 0
     if ooms:
         oom = ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
+        card = card_from_spacing(recorded_ranges(b, start, large_segment_size(conf))) if expandable else None
+        if card is not None and card > capacity:  # Note [The card behind an OOM]
+            capacity, held = card, card - capacity
     elif expandable:
         ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
@@ -206,20 +223,27 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             capacity = None
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
-    conf, fraction_from, limit_low = _with_fraction(conf, capacity, creations, ooms)
+    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
+                    large_segment_size(conf or ""))
+    configured = conf_fraction(conf or "")
+    if ooms and not held and configured is not None:
+        card = card_for_fraction(configured, capacity, limits)
+        if card is not None:  # Note [The card behind an OOM]
+            capacity, held = card, card - capacity
+    conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
     retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
                       for run in b.retry_releases]
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
     retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card, card_from == "oom",
-                         fraction_from == "inferred", limit_low)
+                         fraction_from == "inferred", limit_low, held)
     inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
     inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]
     cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
-                           capacity_from=capacity_from, fraction_from=fraction_from, limit_low=limit_low,
+                           capacity_from=capacity_from, held=held, fraction_from=fraction_from, limit_low=limit_low,
                            peak_reserved=peak_reserved,
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries),
                            max_address=max(b.max_address, final_end, offers.floor),
