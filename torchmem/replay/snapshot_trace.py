@@ -26,7 +26,7 @@ happened on the GPU:
 Frees take effect at ``free_completed`` (``free_requested`` when a trace has
 no ``free_completed``), as blocks become reusable only then; a
 ``free_requested`` whose ``free_completed`` comes later (``record_stream``)
-ends the allocation there, as PyTorch counts it (_Builder.request_free).
+ends the allocation there, as PyTorch counts it (trace_pass.py, request_free).
 """
 from __future__ import annotations
 

@@ -102,6 +102,7 @@ class TracePass:
     pools: int                                          # pools met, the default one included
     pools_inferred: int                                 # allocations placed in a pool by their final segment
 
+
 class _Columns:
     def __init__(self) -> None:
         self.ops: list[int] = []
