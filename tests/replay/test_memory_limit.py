@@ -61,9 +61,7 @@ def test_a_configured_fraction_below_every_segment_made_implies_memory_held_by_o
     no_refusal = LimitBounds(lo=650 * MiB, hi=None)
     card = card_for_fraction(0.6, 1000 * MiB, no_refusal)
     assert card is not None and int(0.6 * card) >= 650 * MiB > int(0.6 * (card - 1))
-    # With a refusal by the limit at 700 MiB, the largest card whose limit stays below it.
-    refused = LimitBounds(lo=650 * MiB, hi=700 * MiB)
-    card = card_for_fraction(0.6, 1000 * MiB, refused)
-    assert int(0.6 * card) < 700 * MiB <= int(0.6 * (card + 1))
+    # A refusal by the limit at 700 MiB changes nothing: the least card still fits below it.
+    assert card_for_fraction(0.6, 1000 * MiB, LimitBounds(lo=650 * MiB, hi=700 * MiB)) == card
     # A fraction that fits what the process could hold needs no other card.
     assert card_for_fraction(0.6, 1100 * MiB, no_refusal) is None

@@ -103,19 +103,14 @@ def infer_fraction(total: int | None, b: LimitBounds, configured: float | None) 
 def card_for_fraction(configured: float, usable: int, b: LimitBounds) -> int | None:
     """The card under which the configured fraction's limit lies in the bounds, where the card an OOM shows
     (`usable`: what the process could hold) gives one below them: the rest of the card was held outside
-    PyTorch (Note [The card behind an OOM], snapshot_trace.py). The largest such card, whose limit is the
-    highest the trace allows, as for an inferred fraction; with no refusal by the limit in the trace, the
-    least card whose limit allows every segment made. None where `usable` fits, or no card does."""
-    if configured <= 0 or fits(configured, usable, b) or (b.hi is not None and limit_of(configured, usable) >= b.hi):
+    PyTorch (Note [The card behind an OOM], snapshot_trace.py). The least such card, whose limit just allows
+    every segment made: what others hold is usually small (a CUDA context). None where `usable` fits, or no
+    card does."""
+    if configured <= 0 or fits(configured, usable, b) or limit_of(configured, usable) >= b.lo:
         return None
-    if b.hi is None:
-        card = math.ceil(b.lo / configured)
-        while limit_of(configured, card) < b.lo:
-            card += 1
-    else:
-        card = int(b.hi / configured) + 1
-        while card > usable and limit_of(configured, card) >= b.hi:
-            card -= 1
+    card = math.ceil(b.lo / configured)
+    while limit_of(configured, card) < b.lo:
+        card += 1
     return card if card > usable and fits(configured, card, b) else None
 
 
