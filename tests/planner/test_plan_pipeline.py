@@ -119,7 +119,9 @@ def test_measured_costs_when_none_given() -> None:
     torch.manual_seed(0)
     gm = torch.fx.symbolic_trace(Skip())
     p = pipeline(gm, torch.randn(16, 32), stages=2)
-    assert all(s.cost > 0 for s in p.stages) and p.speedup > 1
+    # Wall times: on a loaded machine one node's can dwarf the rest and leave a stage near zero (it failed so
+    # once, with three test runs sharing two cores), so only that the measured costs were used is asserted.
+    assert sum(s.cost for s in p.stages) > 0 and p.speedup >= 1
     assert p.stage_of["x"] == 0
 
 
