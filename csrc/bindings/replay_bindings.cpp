@@ -76,7 +76,8 @@ void bind_replay(py::module_& m) {
       .def(
           "restore",
           [](Replayer& r, uintptr_t addr, size_t size, Stream stream, bool is_small,
-             const std::vector<std::tuple<uintptr_t, size_t, size_t>>& blocks, const std::vector<uint64_t>& ids) {
+             const std::vector<std::tuple<uintptr_t, size_t, size_t>>& blocks, const std::vector<uint64_t>& ids,
+             size_t pool) {
             RecordedSegment seg;
             seg.addr = addr;
             seg.size = size;
@@ -85,9 +86,17 @@ void bind_replay(py::module_& m) {
             for (const auto& [block_addr, block_size, requested] : blocks) {
               seg.live_blocks.push_back(RecordedBlock{block_addr, block_size, requested});
             }
-            r.restore(seg, ids);
+            r.restore(seg, ids, pool);
           },
-          py::arg("addr"), py::arg("size"), py::arg("stream"), py::arg("is_small"), py::arg("blocks"), py::arg("ids"))
+          py::arg("addr"), py::arg("size"), py::arg("stream"), py::arg("is_small"), py::arg("blocks"), py::arg("ids"),
+          py::arg("pool") = 0)
+      .def(
+          "enter_pool",
+          [](Replayer& r, uint64_t index, uint64_t id_first, uint64_t id_second) {
+            r.enter_pool(index, ReplayPoolId{id_first, id_second});
+          },
+          py::arg("index"), py::arg("id_first"), py::arg("id_second"),
+          "Allocations go to private pool `index` (made when it is the next one; 0: the default pool).")
       .def(
           "restore_expandable",
           [](Replayer& r, uintptr_t base, Stream stream, bool is_small, const std::vector<std::pair<uintptr_t, size_t>>& runs,
@@ -130,6 +139,11 @@ void bind_replay(py::module_& m) {
              return out;
            })
       .def("stats", [](Replayer& r) { return stats_to_dict(r.stats()); })
+      .def_property_readonly("start_age_guesses", &Replayer::start_age_guesses,
+                             "Allocations that a tie between two segments of the start state decided (their ages "
+                             "are not in a snapshot: Note [Start segments' ages]).")
+      .def_property_readonly("first_start_age_guess", &Replayer::first_start_age_guess,
+                             "The event index of the first such allocation, or -1.")
       .def("segments",
            [](Replayer& r) {
              py::list out;

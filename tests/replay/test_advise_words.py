@@ -78,13 +78,12 @@ def test_a_best_setting_that_reserves_more_says_why(tmp_path):
 def test_the_best_setting_is_one_pytorch_takes():
     """A torch 2.13+ snapshot replays with reuse_order:segment (the replay's tie rule, not a PyTorch key):
     the verdict's PYTORCH_CUDA_ALLOC_CONF leaves it out, and PyTorch's own parser takes the rest."""
-    from types import SimpleNamespace
-
+    from torchmem.replay.advise import Advice
     from torchmem.replay.advise_words import verdict
 
     def row(conf, need, recorded=False):
-        return SimpleNamespace(conf=conf, policy="native", min_capacity=need, recorded=recorded,
-                               capacity=80 * 2**30, peak_reserved=need, completes=need <= 80 * 2**30)
+        return Advice(conf, min_capacity=need, peak_reserved=need, completes=need <= 80 * 2**30,
+                      capacity=80 * 2**30, recorded=recorded)
 
     rows = [row("max_split_size_mb:64,reuse_order:segment", 70 * 2**30),
             row("reuse_order:segment", 85 * 2**30, recorded=True)]

@@ -337,7 +337,9 @@ def test_expandable_segments_begun_mid_run_replay_exactly(tmp_path, seed, empty_
         # The pages mapped when recording began: the final ones with the trace's maps undone.
         mapped = sum(e["size"] * (1 if e["action"] == "segment_map" else -1)
                      for e in full["device_traces"][0][:cut] if e["action"] in ("segment_map", "segment_unmap"))
-        assert result.start.reserved == mapped and result.start.ranges and not result.notes
+        assert result.start.reserved == mapped and result.start.ranges
+        # No stacks recorded: a retry may read as the program's empty_cache(), and the replay says so; nothing else.
+        assert all("the snapshot cannot tell" in n for n in result.notes), result.notes
         assert_exact(result, snap)
         if result.recorded_oom is not None:
             assert result.recorded_oom["reproduced"]

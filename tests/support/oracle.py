@@ -260,6 +260,10 @@ def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workl
                         f"{replayed[at] if at < len(replayed) else 'ends'}")
     if not stopped_at_oom and _layout(native["segments"]) != _layout(result.segments):
         problems.append(f"final segments differ ({len(native['segments'])} native, {len(result.segments)} replayed)")
+    if problems and result.start_age_guess_entry is not None:
+        # Where the replay first chose between start segments whose ages the snapshot lacks, counted as `at` is.
+        guessed_at = sum(1 for e in trace[:result.start_age_guess_entry] if e["action"] in TRACE_ACTIONS)
+        problems.append(f"guessed start segments' ages at entry {guessed_at} ({result.start_age_guesses} times)")
     if workload.from_start and not stopped_at_oom:
         stats = report["stats"]
         ours = {"allocated_bytes.all.peak": result.peak_allocated, "reserved_bytes.all.peak": result.peak_reserved}
@@ -293,7 +297,7 @@ def _without(w: Workload, start: int, stop: int) -> Workload:
 
 
 def problem_kind(problem: str) -> str:
-    """"trace", "final", "statistics", "replay" or "native": what a problem is about."""
+    """"trace", "final", "statistics", "replay", "native" or "guessed": what a problem is about."""
     return problem.split()[0]
 
 

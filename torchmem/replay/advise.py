@@ -66,6 +66,9 @@ class Advice:
     capacity: int              # the reference capacity: the snapshot's, the given one, or 80 GiB
     recorded: bool = False     # the run's own setting (a snapshot's recorded one, or PyTorch's defaults if it does not say)
     replays: int = 0
+    # The first trace entry where one of its replays chose between two segments of the start state whose
+    # ages the snapshot lacks (Note [Start segments' ages]); None: its figures rest on no such guess.
+    guessed_at: int | None = None
 
     @property
     def policy(self) -> str:
@@ -75,11 +78,11 @@ class Advice:
     def to_json(self) -> dict:
         return {"conf": self.conf, "min_capacity": self.min_capacity, "peak_reserved": self.peak_reserved,
                 "completes": self.completes, "capacity": self.capacity, "recorded": self.recorded,
-                "replays": self.replays, "policy": self.policy}
+                "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at}
 
     def summary(self) -> str:
         conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
-            " [torchmem]" if self.policy == "stitch" else "")
+            " [torchmem]" if self.policy == "stitch" else "") + (" [guess]" if self.guessed_at is not None else "")
         need = fmt_size(self.min_capacity) if self.min_capacity is not None else "not within reach"
         outcome = "completes" if self.completes else "OOM"
         return f"{conf:<66} needs {need:>11}, peak reserved {fmt_size(self.peak_reserved):>11}; at {fmt_size(self.capacity)}: {outcome}"
@@ -262,16 +265,20 @@ def search(
 def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bool, recorded: bool) -> Advice:
     """Bisection for the least capacity on the grid at which the trace completes under `conf`."""
     replays = 0
+    guesses: list[int] = []  # each replay's first start-age guess (Note [Start segments' ages])
 
     def attempt(capacity: int):
         nonlocal replays
         replays += 1
         try:
-            return replay(trace, capacity, conf, skip_bad_events=skip, in_use_by_others=others)
+            result = replay(trace, capacity, conf, skip_bad_events=skip, in_use_by_others=others)
         except ValueError as exc:
             if "smaller than the memory held" in str(exc) or "must be less than the capacity" in str(exc):
                 return None  # the start state or the memory of others does not even fit
             raise
+        if result.start_age_guess_entry is not None:
+            guesses.append(result.start_age_guess_entry)
+        return result
 
     at_reference = attempt(reference)
     completes = bool(at_reference and at_reference.completed)
@@ -281,7 +288,7 @@ def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bo
     while best is None or not best.completed:
         if hi > reference * MAX_GROWTH:
             peak = at_reference.peak_reserved if at_reference else 0
-            return Advice(conf, None, peak, completes, reference, recorded, replays)
+            return Advice(conf, None, peak, completes, reference, recorded, replays, min(guesses, default=None))
         hi *= 2
         best = attempt(hi)
     # lo: a grid capacity at which it fails. Nothing completes below its peak of allocated bytes.
@@ -300,7 +307,7 @@ def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bo
         else:
             lo = mid
     peak = at_reference.peak_reserved if completes else best.peak_reserved
-    return Advice(conf, hi, peak, completes, reference, recorded, replays)
+    return Advice(conf, hi, peak, completes, reference, recorded, replays, min(guesses, default=None))
 
 
 def _up(n: int) -> int:

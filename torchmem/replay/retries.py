@@ -106,6 +106,21 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
     return retried
 
 
+def unsettled_runs(runs: list[ReleaseRun], retried: list[ReleaseRun], conf: str,
+                   fraction_configured: bool) -> list[ReleaseRun]:
+    """The runs whose count the snapshot cannot settle (retry-count, docs/fakegpu.md).
+
+    Without stacks, a run counted as a retry may have been the program's
+    empty_cache(). Under garbage_collection_threshold with a fraction the
+    settings do not hold (one the program set, inferred or unknown), any run
+    of the allocator's may have been the collector's.
+    tests/support/indistinguishable.py holds a pair of native runs for each.
+    """
+    if _C.rules.config_fields(conf or "")["garbage_collection_threshold"] and not fraction_configured:
+        return [run for run in runs if run.origin != PROGRAM]
+    return [run for run in retried if run.origin is None]
+
+
 def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
     """Whether release_available_cached_blocks alone made this run (see the module's docstring)."""
     if any(size < max_split for size in run.sizes):

@@ -63,6 +63,8 @@ class ReplayResult:
     policy: str = "native"           # the allocator policy the config chose: "native" or "stitch"
     counters: dict | None = None     # policy:stitch: page_maps, page_unmaps, reclaims, ... (None for native)
     allocations: int = 0             # allocations made (the start state's included)
+    start_age_guesses: int = 0       # allocations a tie between start segments decided (Note [Start segments' ages])
+    start_age_guess_entry: int | None = None  # the trace entry of the first of them
 
     @property
     def follows_recording(self) -> bool:
@@ -137,6 +139,8 @@ class ReplayResult:
             "policy": self.policy,
             "allocations": self.allocations,
             "counters": self.counters,
+            "start_age_guesses": self.start_age_guesses,
+            "start_age_guess_entry": self.start_age_guess_entry,
         }
 
     def summary(self) -> str:
@@ -296,9 +300,14 @@ def replay(
                         f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 segments += r.as_segments()
                 notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
+        pool_index = {pid: i + 1 for i, pid in enumerate(trace.start.pools)}
+        for pid, i in pool_index.items():  # private pools that held segments when recording began
+            replayer.enter_pool(i, *pid)
+        replayer.enter_pool(0, 0, 0)
         for seg in segments:
             try:
-                replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
+                replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids,
+                                 pool_index.get(seg.pool, 0))
             except ValueError as exc:
                 if "does not fit in the capacity" in str(exc):
                     raise ValueError(
@@ -326,6 +335,11 @@ def replay(
             o["entry"] = recorded.entry_of(o["index"])
         if fidelity is not None:
             fidelity["first_difference_entry"] = recorded.entry_of(fidelity["first_difference"])
+    age_guess_entry = None
+    if replayer.start_age_guesses:
+        first = replayer.first_start_age_guess
+        age_guess_entry = recorded.entry_of(first) if recorded is not None else first
+        notes.append(_age_guess_note(age_guess_entry, replayer.start_age_guesses))
     timeline = _downsample(replayer.timeline(), MAX_TIMELINE_POINTS)
     result = ReplayResult(
         conf=conf,
@@ -354,6 +368,8 @@ def replay(
         policy=replayer.policy,
         counters=replayer.counters(),
         allocations=stats["allocation"]["all"]["allocated"],
+        start_age_guesses=replayer.start_age_guesses,
+        start_age_guess_entry=age_guess_entry,
     )
     return result
 
@@ -369,6 +385,14 @@ def compare(
     if not confs:
         raise ValueError("compare needs at least one config")
     return [replay(trace, capacity, conf, **kwargs) for conf in confs]
+
+
+def _age_guess_note(entry: int | None, n: int) -> str:
+    """Where the replay chose between two segments of the start state (Note [Start segments' ages])."""
+    where = f"entry {entry}" if entry is not None else "an allocation"
+    return (f"{where}: equal free blocks lay in two segments made before recording began; PyTorch serves the "
+            f"older, which the snapshot does not say, and this replay took the lower address "
+            f"({n:,} such choice{'s' if n != 1 else ''})")
 
 
 def _skipped_detail(unread: int, first: str, refused: int, kind: str) -> str:

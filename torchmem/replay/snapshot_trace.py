@@ -40,10 +40,10 @@ from torchmem.pytorch_env import conf_items, recorded_conf_string
 from torchmem.replay.capacity import DEFAULT_CAPACITY, card_from_spacing, card_of, expandable_capacity, segment_request
 from torchmem.replay.memory_limit import LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
-from torchmem.replay.retries import retry_runs
+from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
-from torchmem.trace_types import CHUNK, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
+from torchmem.trace_types import CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
 
 
 @dataclass
@@ -199,6 +199,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     bad = BadEntries(name, device, skip_bad_events)
     b = run_pass(entries, bad, snapshot.get("segments"))
     start, final_end = rebuild_start_state(snapshot, b, bad)
+    start.order_pools(b.pool_ids)
     conf = recorded_conf(snapshot.get("allocator_settings"))
     bad.count += fix_block_sizes(start, conf or "", f"{name}: device {device}", skip_bad_events)
     capacity = capacity_from = None
@@ -240,6 +241,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                          fraction_from == "inferred", limit_low, held)
     inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
     inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]
+    if start.pending_frees:  # frees still waiting at the end (StartState.pending_frees)
+        inserts.insert(0, (0, [(FREE_REQUESTED, id_, 0, 0, 0) for id_ in start.pending_frees]))
     cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
@@ -258,6 +261,12 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
                      "no pool_id in its trace, so each allocation's pool comes from the final segment that holds it; "
                      "allocations in segments freed before the end are replayed in the default pool")
+    unsettled = unsettled_runs(retry_releases, retried, conf or "", fraction_from == "config")
+    if unsettled:
+        n = len(unsettled)
+        notes.append(f"entry {b.events.entries[unsettled[0].position]}: a run of releases before a new segment, "
+                     "counted as an allocation retry or not, may have been the program's or the garbage collector's; "
+                     f"the snapshot cannot tell ({n} such run{'s' if n != 1 else ''}; num_alloc_retries may be off)")
     if bad.count:
         notes.append(f"skipped {bad.count} bad trace entries" + (f" (first: {bad.first})" if bad.first else ""))
     notes += start.notes
@@ -285,8 +294,9 @@ def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: lis
         for pos, rows in inserts:
             for into, column in zip(merged, columns):
                 into.extend(column[done:pos])
+            entry = events.entries[pos] if pos < len(events.entries) else 0  # 0: a trace with no events
             for row in rows:
-                for into, value in zip(merged, (*row, events.entries[pos])):
+                for into, value in zip(merged, (*row, entry)):
                     into.append(value)
             done = pos
         for into, column in zip(merged, columns):

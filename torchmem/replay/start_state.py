@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
-from torchmem.replay.trace_pass import TracePass
+from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass, pool_id_field
 from torchmem.trace_types import TraceError
 
 
@@ -32,6 +32,7 @@ class StartSegment:
     is_small: bool
     blocks: list[tuple[int, int, int]] = field(default_factory=list)  # (addr, size or 0 = infer, requested)
     ids: list[int] = field(default_factory=list)                      # trace ids of the blocks
+    pool: tuple[int, int] = DEFAULT_POOL  # the private pool that held it (segment_pool_id, or its segment_free's pool_id)
 
 
 @dataclass
@@ -65,6 +66,22 @@ class StartState:
     segments: list[StartSegment] = field(default_factory=list)
     ranges: list[StartRange] = field(default_factory=list)  # expandable segments
     notes: list[str] = field(default_factory=list)
+    # Ids of blocks live when recording began whose free still waits at the end (active_pending_free in the
+    # final segments): requested before recording began, or in the trace, whose pass leaves a start block's
+    # request out. The replay requests them before the first event, so that they end as PyTorch's did.
+    pending_frees: list[int] = field(default_factory=list)
+    # The private pools to make before the start segments are restored, in the replay's order (index 1 on):
+    # the trace's pools, then those only the start state holds. Empty where no start segment is in one.
+    pools: list[tuple[int, int]] = field(default_factory=list)
+
+    def order_pools(self, trace_pools: Mapping[tuple[int, int], int]) -> None:
+        """Sets `pools` from the trace's pool ids and their indices (TracePass.pool_ids)."""
+        if all(seg.pool == DEFAULT_POOL for seg in self.segments):
+            return
+        self.pools = [pid for pid, _ in sorted(trace_pools.items(), key=lambda item: item[1]) if pid != DEFAULT_POOL]
+        for seg in self.segments:
+            if seg.pool != DEFAULT_POOL and seg.pool not in self.pools:
+                self.pools.append(seg.pool)
 
     @property
     def reserved(self) -> int:
@@ -132,8 +149,10 @@ class _Ranges:
 def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, str], None]) -> tuple[StartState, int]:
     """Segments and live blocks when recording began, from the pass and the final segments, and the highest
     address the final segments reach. A final segment that contradicts the trace goes to `bad_entry` (entry, what)."""
-    start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False] for a, (s, st) in b.start_segments.items()}
+    start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False, b.start_pools.get(a, DEFAULT_POOL)]
+                                       for a, (s, st) in b.start_segments.items()}
     survivors: dict[int, tuple[int, int]] = {}  # addr -> (size, requested): live at start and at the end
+    pending_at_end: set[int] = set()  # survivors whose free waits on other streams (active_pending_free)
     still_made = dict(b.segments)
     final_mapped = _Ranges()
     pool_of: dict[int, tuple[int, bool]] = {}  # range start -> (stream, is_small), for expandable pages
@@ -162,7 +181,8 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
             final_mapped.add(addr, size)
             pool_of[addr] = (stream, seg.get("segment_type") == "small")
         elif made is None:
-            start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False]
+            start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False,
+                                    pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL]
         for k, block in enumerate(blocks):
             bwhere = f"{where} block {k}"
             if not isinstance(block, dict):
@@ -181,6 +201,8 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
                     continue
                 survivors[baddr] = (int_field(block, "size", bwhere), int_field(block, "requested_size", bwhere)
                                     if "requested_size" in block else 0)
+                if state == "active_pending_free":
+                    pending_at_end.add(baddr)
     # Expandable segments: the pages mapped at the start are the final ones with the trace's maps
     # undone backwards. Each run's stream and pool are those of the first unmap that touches it (a
     # range given back during the trace may serve another stream's range later, at the same
@@ -193,7 +215,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     for (start, end), first in zip(runs, first_unmap):
         k = bisect.bisect_right(finals, start) - 1
         stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % LARGE_PAGE != 0))
-        start_segments[start] = [end - start, stream, is_small, True]
+        start_segments[start] = [end - start, stream, is_small, True, DEFAULT_POOL]
     for addr, id_ in live_at_end.items():
         bad_entry(len(b.events), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
                                      "show no live block there")
@@ -205,8 +227,8 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     by_addr: dict[int, StartSegment] = {}
     expandable_runs: list[int] = []
     for addr in order:
-        size, stream, is_small, expandable = start_segments[addr]
-        by_addr[addr] = StartSegment(addr, size, stream, is_small)
+        size, stream, is_small, expandable, pool = start_segments[addr]
+        by_addr[addr] = StartSegment(addr, size, stream, is_small, pool=pool)
         if expandable:
             expandable_runs.append(addr)
     blocks: list[tuple[int, int, int, int | None]] = [(a, 0, req, id_) for a, (id_, req, _) in b.freed_at_start.items()]
@@ -226,6 +248,8 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
             id_, next_id = next_id, next_id + 1
         seg.blocks.append((addr, size, requested))
         seg.ids.append(id_)
+        if addr in pending_at_end:
+            state.pending_frees.append(id_)
     # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
     # range (two, where they span more than one range of the card, when an OOM tells its size), which
     # begins at the lowest address the recording maps in it while it lives.

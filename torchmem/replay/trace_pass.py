@@ -84,6 +84,7 @@ class TracePass:
     device: int
     events: PassEvents
     start_segments: Mapping[int, tuple[int, int]]       # addr -> (size, stream): freed before being made
+    start_pools: Mapping[int, tuple[int, int]]          # addr -> the private pool of such a segment (its pool_id)
     segments: Mapping[int, tuple[int, int]]             # addr -> (size, entry): made in the trace, live at the end
     live: Mapping[int, int]                             # addr -> id: blocks live at the end
     seen: frozenset[int]                                # addresses with an alloc or free
@@ -100,6 +101,7 @@ class TracePass:
     empty_cache_calls: int
     next_id: int                                        # the first id the pass did not give out
     pools: int                                          # pools met, the default one included
+    pool_ids: Mapping[tuple[int, int], int]             # each pool met -> its index in the replay (kPool)
     pools_inferred: int                                 # allocations placed in a pool by their final segment
 
 
@@ -168,7 +170,7 @@ def _replays_two_step_frees() -> bool:
     return getattr(_C, "replay_op_count", 0) > FREE_REQUESTED
 
 
-def _pool_id(value: Any) -> tuple[int, int] | None:
+def pool_id_field(value: Any) -> tuple[int, int] | None:
     """A recorded pool id ((0, 0) is the default pool), or None if it is not a pair of ints."""
     if isinstance(value, (tuple, list)) and len(value) == 2 and all(
             isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64 for v in value):
@@ -184,7 +186,7 @@ class _FinalPools:
         for seg in segments if isinstance(segments, list) else []:
             if not isinstance(seg, dict):
                 continue
-            pool, addr, size = _pool_id(seg.get("segment_pool_id")), seg.get("address"), seg.get("total_size")
+            pool, addr, size = pool_id_field(seg.get("segment_pool_id")), seg.get("address"), seg.get("total_size")
             if pool and pool != DEFAULT_POOL and isinstance(addr, int) and isinstance(size, int):
                 spans.append((addr, addr + size, pool))
         spans.sort()
@@ -219,6 +221,7 @@ class _Builder:
         self.segments: dict[int, tuple[int, int]] = {}             # addr -> (size, entry index), made in the trace, live
         self.segments_gone: set[int] = set()      # addresses of segments freed so far
         self.start_segments: dict[int, tuple[int, int]] = {}       # addr -> (size, stream), freed before being made
+        self.start_pools: dict[int, tuple[int, int]] = {}          # addr -> private pool id of such a segment
         self.reserved_delta = 0
         self.reserved_peak = 0  # the highest reserved_delta
         self.pending_release: list[int] = []      # op positions of a run of segment_free / segment_unmap
@@ -255,7 +258,7 @@ class _Builder:
 
     def enter_pool(self, entry: dict, addr: int | None) -> None:
         """Route the next allocation to its private pool (a POOL event when it changes)."""
-        pool = _pool_id(entry.get("pool_id")) if "pool_id" in entry else None
+        pool = pool_id_field(entry.get("pool_id")) if "pool_id" in entry else None
         if pool is None and addr is not None and self.final_pools:
             pool = self.final_pools.pool_of(addr)
             self.pools_inferred += pool != DEFAULT_POOL
@@ -337,7 +340,7 @@ class _Builder:
             self.pending_release.append(len(self.cols.ops))
             self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
             self.pending_release_streams.append(entry.get("stream") if isinstance(entry.get("stream"), int) else 0)
-            self.run_private |= _pool_id(entry.get("pool_id")) not in (None, DEFAULT_POOL)
+            self.run_private |= pool_id_field(entry.get("pool_id")) not in (None, DEFAULT_POOL)
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
                 self.run_new_creation = len(self.creations)
@@ -421,6 +424,9 @@ class _Builder:
                 raise TraceError(f"{where}: segment_free of 0x{addr:x}, which was already freed")
             else:
                 self.start_segments[addr] = (size, stream)
+                pool = pool_id_field(entry.get("pool_id")) if "pool_id" in entry else None
+                if pool is not None and pool != DEFAULT_POOL:
+                    self.start_pools[addr] = pool
             self.segments_gone.add(addr)
             self.reserved_delta -= size
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
@@ -443,13 +449,14 @@ class _Builder:
                             tuple(c.entries))
         return TracePass(
             name=self.bad_entry.name, device=self.bad_entry.device, events=events,
-            start_segments=MappingProxyType(self.start_segments), segments=MappingProxyType(self.segments),
+            start_segments=MappingProxyType(self.start_segments), start_pools=MappingProxyType(self.start_pools),
+            segments=MappingProxyType(self.segments),
             live=MappingProxyType(self.live), seen=frozenset(self.seen),
             freed_at_start=MappingProxyType(self.freed_at_start), maps=tuple(self.maps), allocs=tuple(self.allocs),
             ooms=tuple(self.ooms), creations=tuple((a, b, c) for a, b, c in self.creations),
             retry_releases=tuple(self.retry_releases), max_address=self.max_address,
             reserved_peak=self.reserved_peak, empty_cache_calls=self.empty_cache_calls, next_id=self.next_id,
-            pools=len(self.pools), pools_inferred=self.pools_inferred)
+            pools=len(self.pools), pool_ids=MappingProxyType(dict(self.pools)), pools_inferred=self.pools_inferred)
 
 
 def run_pass(entries: list, bad_entry: BadEntries, final_segments: Any = None) -> TracePass:

@@ -59,6 +59,12 @@ class RecordedSegments {
   // the recording's segment_free / segment_unmap did; false when no such
   // free memory is there.
   virtual bool release_cached_segment(uintptr_t addr) = 0;
+  // Allocations served by a free block of a restored segment over an equal
+  // free block of another restored segment (reuse_order segment). PyTorch
+  // serves the older segment's; a snapshot does not hold the ages of the
+  // segments made before recording began, so the lower address is a guess.
+  // The replayer watches this counter (Note [Start segments' ages]).
+  virtual const uint64_t& start_age_guesses() const = 0;
 
  protected:
   ~RecordedSegments() = default;

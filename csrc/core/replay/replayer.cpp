@@ -16,6 +16,8 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
       follow_recording_(follow_recording) {
   stats_ = &allocator_->stats_ref();
   native_ = allocator_->recorded_segments();
+  static const uint64_t kNoGuesses = 0;
+  age_guesses_ = native_ ? &native_->start_age_guesses() : &kNoGuesses;
   if (!native_) follow_recording_ = false;  // no segments to follow
   pools_.push_back(Pool{ReplayPoolId{0, 0}, allocator_, native_});
 }
@@ -174,12 +176,13 @@ void Replayer::bad_event(const std::string& what) const {
   throw std::invalid_argument("event " + std::to_string(events_) + ": " + what);
 }
 
-void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids) {
+void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids, size_t pool) {
   if (ids.size() != segment.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
   for (uint64_t id : ids) {
     if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
   }
   if (!native_) return restore_by_allocating(segment.live_blocks, segment.stream, ids);
+  if (pool >= pools_.size()) throw std::invalid_argument("restore: pool " + std::to_string(pool) + " not made yet");
   if (!device_->adopt(segment.addr, segment.size)) {
     const bool too_big = segment.size > device_->free_bytes();
     char buf[200];
@@ -189,13 +192,15 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
     throw std::invalid_argument(buf);
   }
   try {
-    native_->restore_segment(segment);
+    pools_[pool].native->restore_segment(segment);
   } catch (...) {
     device_->free(segment.addr, segment.size);
     throw;
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    live_.emplace(ids[i], reinterpret_cast<void*>(segment.live_blocks[i].addr));
+    void* ptr = reinterpret_cast<void*>(segment.live_blocks[i].addr);
+    live_.emplace(ids[i], ptr);
+    if (pool != 0) pool_blocks_.emplace(ptr, pools_[pool].allocator.get());
   }
 }
 
@@ -255,6 +260,10 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   fidelity_.segments_followed += device_->offers_taken() - taken_before;
   settle_offers();
   if (pools_.size() > 1) track_pool_peaks();
+  if (*age_guesses_ != age_guesses_seen_) {
+    age_guesses_seen_ = *age_guesses_;
+    if (first_age_guess_ < 0) first_age_guess_ = static_cast<int64_t>(events_);
+  }
   if (failed_on_gpu) {
     into.deallocate(ptr);
     if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);

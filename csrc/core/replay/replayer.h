@@ -149,7 +149,13 @@ class Replayer {
   // address and rebuilds it; ids[i] names live_blocks[i]. Throws
   // std::invalid_argument when the device cannot hold it there (overlap, or
   // more than the capacity), when its blocks are inconsistent, or an id is live.
-  void restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids);
+  // `pool`: the index of the private pool that holds it (0: the default
+  // pool); make the pools first with enter_pool().
+  void restore(const RecordedSegment& segment, const std::vector<uint64_t>& ids, size_t pool = 0);
+  // Allocations go to pool `index` (made now when it is the next one); a
+  // kPool event does the same. Before the first event it makes the pools
+  // that held segments when recording began (Note [Private pools in the replay]).
+  void enter_pool(uint64_t index, ReplayPoolId id);
   // The same for the range of an expandable segment (reserved at its base).
   void restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids);
   // Fresh segment addresses start above `floor` (the highest recorded one).
@@ -180,6 +186,11 @@ class Replayer {
   // The device's statistics: every pool's summed, peaks of the sums; following
   // the recording, num_alloc_retries counts its kRecordedRetry events too.
   DeviceStats stats() const;
+  // Allocations that a tie between segments of the start state decided, and
+  // the event index of the first (-1: none): the snapshot does not hold those
+  // segments' ages (Note [Start segments' ages], caching_start_state.cpp).
+  uint64_t start_age_guesses() const { return *age_guesses_; }
+  int64_t first_start_age_guess() const { return first_age_guess_; }
   // History for every pool (now and made later), and its entries in the
   // order they happened across pools.
   void enable_history(size_t max_entries);
@@ -194,7 +205,6 @@ class Replayer {
   [[noreturn]] void bad_event(const std::string& what) const;
 
   void restore_by_allocating(const std::vector<RecordedBlock>& blocks, Stream stream, const std::vector<uint64_t>& ids);
-  void enter_pool(uint64_t index, ReplayPoolId id);
   DeviceAllocator& owner_of(void* ptr);  // the pool allocator that made the live block at ptr
   void free_block(void* ptr, bool requested);
   void request_free(uint64_t id);
@@ -233,6 +243,9 @@ class Replayer {
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
   int64_t recorded_retries_ = 0;       // kRecordedRetry events met, following the recording
+  const uint64_t* age_guesses_ = nullptr;  // the default pool's RecordedSegments::start_age_guesses, or a zero
+  uint64_t age_guesses_seen_ = 0;
+  int64_t first_age_guess_ = -1;       // event index of the first, or -1
   uint64_t events_ = 0;
   uint64_t skipped_ = 0;
   int64_t window_allocated_ = 0;

@@ -200,6 +200,7 @@ TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::find_free_block(Request& r) {
   const size_t max_split = config_.max_split_size;
   if (r.size < max_split && (*it)->size >= max_split) return nullptr;
   if (r.size >= max_split && (*it)->size >= r.size + config_.max_non_split_rounding) return nullptr;
+  if (pool.blocks.key_comp().by_rank && (*it)->reuse_rank == 0 && !(*it)->expandable) note_start_age_guess(pool, it);
   r.pooled = true;  // take_block() takes it out of the pool
   return *it;
 }

@@ -90,6 +90,7 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   // mapped pages or overlapping); the allocator is unchanged then.
   void restore_expandable(const RecordedRange& range) override;
   RecordedSegments* recorded_segments() override { return this; }
+  const uint64_t& start_age_guesses() const override { return start_age_guesses_; }
 
   // add_free_memory_callback, set_memory_fraction, set_releases_blocked,
   // stats, reset_*_stats, history, config and device: PolicyBase's
@@ -126,6 +127,7 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   void request_free_locked(Block* block);
   void complete_free_locked(Block* block);  // block already taken from live_blocks_
   Block* find_free_block(Request& r);
+  void note_start_age_guess(const BlockPool& pool, BlockSet::const_iterator chosen);
   bool allocate_segment(Request& r, bool is_retry);
   Block* allocate_expandable(Request& r);
   Block* find_expandable_space(const Request& r);
@@ -167,6 +169,7 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   PendingFreeWaiter pending_free_waiter_;
+  uint64_t start_age_guesses_ = 0;  // RecordedSegments::start_age_guesses
 };
 
 }  // namespace torchmem

@@ -9,6 +9,14 @@
 // allocator could not split off (a large-pool remainder of 1 MiB or less;
 // for a block of max_split_size or more, which is never split, a remainder
 // under max_non_split_rounding).
+//
+// Note [Start segments' ages]
+// Under reuse_order segment (PyTorch's order from torch 2.14), a tie between
+// equal free blocks goes to the older segment. A segment restored here takes
+// rank 0, older than any made later, which is true; but among restored
+// segments the snapshot does not say which is older, and their equal blocks
+// tie by address instead. Each allocation that such a tie decided counts in
+// start_age_guesses(), so a replay can say where it guessed.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -22,6 +30,11 @@ namespace {
 
 std::string where(uintptr_t addr) { return "block at " + hex_address(addr); }
 
+const Block* segment_head(const Block* b) {
+  while (b->prev) b = b->prev;
+  return b;
+}
+
 }  // namespace
 
 // A block live when recording began: in the live map and the statistics, as
@@ -34,6 +47,20 @@ void CachingAllocator::adopt_live_block(Block* b) {
   increase_pool(stats_.active_bytes, b->pool->is_small, static_cast<int64_t>(b->size));
   increase_pool(stats_.requested_bytes, b->pool->is_small, static_cast<int64_t>(b->requested_size));
   if (b->size >= config_.max_split_size) stats_.oversize_allocations.increase(1);
+}
+
+// `chosen`, of rank 0, is the first of its stream and size in the pool's
+// order; an equal block of rank 0 after it, in another segment, ties with it.
+void CachingAllocator::note_start_age_guess(const BlockPool& pool, BlockSet::const_iterator chosen) {
+  const Block* head = segment_head(*chosen);
+  for (auto next = std::next(chosen); next != pool.blocks.end(); ++next) {
+    const BlockKey& key = next->key;
+    if (key.stream != (*chosen)->stream || key.size != (*chosen)->size || key.reuse_rank != 0) return;
+    if (!(*next)->expandable && segment_head(*next) != head) {
+      ++start_age_guesses_;
+      return;
+    }
+  }
 }
 
 void CachingAllocator::restore_segment(const RecordedSegment& seg) {
