@@ -100,7 +100,8 @@ void bind_replay(py::module_& m) {
       .def(
           "restore_expandable",
           [](Replayer& r, uintptr_t base, Stream stream, bool is_small, const std::vector<std::pair<uintptr_t, size_t>>& runs,
-             const std::vector<std::tuple<uintptr_t, size_t, size_t>>& blocks, const std::vector<uint64_t>& ids) {
+             const std::vector<std::tuple<uintptr_t, size_t, size_t>>& blocks, const std::vector<uint64_t>& ids,
+             size_t pool) {
             RecordedRange range;
             range.base = base;
             range.stream = stream;
@@ -109,9 +110,10 @@ void bind_replay(py::module_& m) {
             for (const auto& [block_addr, block_size, requested] : blocks) {
               range.live_blocks.push_back(RecordedBlock{block_addr, block_size, requested});
             }
-            r.restore_expandable(range, ids);
+            r.restore_expandable(range, ids, pool);
           },
-          py::arg("base"), py::arg("stream"), py::arg("is_small"), py::arg("runs"), py::arg("blocks"), py::arg("ids"))
+          py::arg("base"), py::arg("stream"), py::arg("is_small"), py::arg("runs"), py::arg("blocks"), py::arg("ids"),
+          py::arg("pool") = 0)
       .def("set_address_floor", &Replayer::set_address_floor, py::arg("floor"))
       .def_property_readonly("fidelity", [](const Replayer& r) { return fidelity_to_dict(r.fidelity()); })
       .def_property_readonly("stopped", &Replayer::stopped)

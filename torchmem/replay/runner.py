@@ -288,11 +288,16 @@ def replay(
     notes = list(trace.notes)
     if trace.start is not None:
         segments = list(trace.start.segments)
+        pool_index = {pid: i + 1 for i, pid in enumerate(trace.start.pools)}
+        for pid, i in pool_index.items():  # private pools that held memory when recording began
+            replayer.enter_pool(i, *pid)
+        replayer.enter_pool(0, 0, 0)
         # Highest first: a range too large for the recorded layout then overlaps a range already
         # rebuilt above it, and only its own pages fall back to fixed segments.
         for r in sorted(trace.start.ranges, key=lambda r: -r.base):
             try:
-                replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
+                replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids,
+                                            pool_index.get(r.pool, 0))
             except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card
                 if "do not fit in the capacity" in str(exc):
                     raise ValueError(
@@ -300,10 +305,6 @@ def replay(
                         f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
                 segments += r.as_segments()
                 notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
-        pool_index = {pid: i + 1 for i, pid in enumerate(trace.start.pools)}
-        for pid, i in pool_index.items():  # private pools that held segments when recording began
-            replayer.enter_pool(i, *pid)
-        replayer.enter_pool(0, 0, 0)
         for seg in segments:
             try:
                 replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids,

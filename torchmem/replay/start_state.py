@@ -45,12 +45,13 @@ class StartRange:
     runs: list[tuple[int, int]] = field(default_factory=list)     # (addr, size) of mapped pages
     blocks: list[tuple[int, int, int]] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
+    pool: tuple[int, int] = DEFAULT_POOL  # the private pool that held it
 
     def as_segments(self) -> list[StartSegment]:
         """Each mapped run as a fixed segment (when the range cannot be rebuilt as one)."""
         out = []
         for addr, size in self.runs:
-            seg = StartSegment(addr, size, self.stream, self.is_small)
+            seg = StartSegment(addr, size, self.stream, self.is_small, pool=self.pool)
             for block, id_ in zip(self.blocks, self.ids):
                 if addr <= block[0] < addr + size:
                     seg.blocks.append(block)
@@ -76,10 +77,10 @@ class StartState:
 
     def order_pools(self, trace_pools: Mapping[tuple[int, int], int]) -> None:
         """Sets `pools` from the trace's pool ids and their indices (TracePass.pool_ids)."""
-        if all(seg.pool == DEFAULT_POOL for seg in self.segments):
+        if all(seg.pool == DEFAULT_POOL for seg in [*self.segments, *self.ranges]):
             return
         self.pools = [pid for pid, _ in sorted(trace_pools.items(), key=lambda item: item[1]) if pid != DEFAULT_POOL]
-        for seg in self.segments:
+        for seg in [*self.segments, *self.ranges]:
             if seg.pool != DEFAULT_POOL and seg.pool not in self.pools:
                 self.pools.append(seg.pool)
 
@@ -155,7 +156,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     pending_at_end: set[int] = set()  # survivors whose free waits on other streams (active_pending_free)
     still_made = dict(b.segments)
     final_mapped = _Ranges()
-    pool_of: dict[int, tuple[int, bool]] = {}  # range start -> (stream, is_small), for expandable pages
+    pool_of: dict[int, tuple[int, bool, tuple[int, int]]] = {}  # range start -> (stream, is_small, pool), expandable
     live_at_end = dict(b.live)
     segments = snapshot.get("segments")
     if not isinstance(segments, list):
@@ -179,7 +180,8 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         stream = int_field(seg, "stream", where) if "stream" in seg else 0
         if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
             final_mapped.add(addr, size)
-            pool_of[addr] = (stream, seg.get("segment_type") == "small")
+            pool_of[addr] = (stream, seg.get("segment_type") == "small",
+                             pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL)
         elif made is None:
             start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False,
                                     pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL]
@@ -211,11 +213,12 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
     finals = sorted(pool_of)
     runs = final_mapped.runs()
-    first_unmap = _first_unmaps(runs, b.maps)
+    first_unmap = _first_unmaps(runs, b.maps, b.map_pools)
     for (start, end), first in zip(runs, first_unmap):
         k = bisect.bisect_right(finals, start) - 1
-        stream, is_small = first or (pool_of[finals[k]] if k >= 0 else (0, (end - start) % LARGE_PAGE != 0))
-        start_segments[start] = [end - start, stream, is_small, True, DEFAULT_POOL]
+        stream, is_small, pool = first or (pool_of[finals[k]] if k >= 0
+                                           else (0, (end - start) % LARGE_PAGE != 0, DEFAULT_POOL))
+        start_segments[start] = [end - start, stream, is_small, True, pool]
     for addr, id_ in live_at_end.items():
         bad_entry(len(b.events), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
                                      "show no live block there")
@@ -235,7 +238,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     blocks += [(a, size, req, None) for a, (size, req) in survivors.items()]
     blocks.sort()
     next_id = b.next_id
-    sizes = _sizes_from_later_allocs(blocks, order, by_addr, b)
+    sizes = _sizes_from_later_allocs(blocks, order, by_addr, b, set(expandable_runs))
     for (addr, size, requested, id_), known in zip(blocks, sizes):
         size = size or known
         k = bisect.bisect_right(order, addr) - 1
@@ -261,9 +264,9 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     for addr in expandable_runs:
         run = by_addr.pop(addr)
         last = ranges[-1] if ranges else None
-        if (last is None or (last.stream, last.is_small) != (run.stream, run.is_small)
+        if (last is None or (last.stream, last.is_small, last.pool) != (run.stream, run.is_small, run.pool)
                 or (capacity is not None and run.addr + run.size - last.base > _range_size(capacity, run.is_small))):
-            ranges.append(StartRange(addr, run.stream, run.is_small))
+            ranges.append(StartRange(addr, run.stream, run.is_small, pool=run.pool))
         group = ranges[-1]
         group.runs.append((run.addr, run.size))
         group.blocks += run.blocks
@@ -276,18 +279,19 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
     return state, highest
 
 
-def _first_unmaps(runs: list[tuple[int, int]], maps: list[tuple[str, int, int, int]]) -> list[tuple[int, bool] | None]:
-    """(stream, is_small) of the first unmap that touches each of `runs` (sorted, disjoint), or None."""
+def _first_unmaps(runs: list[tuple[int, int]], maps: tuple[tuple[str, int, int, int], ...],
+                  pools: tuple[tuple[int, int], ...]) -> list[tuple[int, bool, tuple[int, int]] | None]:
+    """(stream, is_small, pool) of the first unmap that touches each of `runs` (sorted, disjoint), or None."""
     starts = [start for start, _ in runs]
-    out: list[tuple[int, bool] | None] = [None] * len(runs)
+    out: list[tuple[int, bool, tuple[int, int]] | None] = [None] * len(runs)
     left = len(runs)
-    for action, addr, size, stream in maps:
+    for (action, addr, size, stream), pool in zip(maps, pools):
         if action != "segment_unmap" or not left:
             continue
         k = max(0, bisect.bisect_right(starts, addr) - 1)
         while k < len(runs) and runs[k][0] < addr + size:
             if out[k] is None and addr < runs[k][1]:
-                out[k] = (stream, size % LARGE_PAGE != 0)
+                out[k] = (stream, size % LARGE_PAGE != 0, pool)
                 left -= 1
             k += 1
     return out
@@ -326,9 +330,9 @@ def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
     a range whose last pages are unmapped is given back (its addresses may
     serve another range later).
     """
-    live = [[r.base, 0, (r.stream, r.is_small), r] for r in ranges]  # [lowest page, -, key, StartRange or None]
+    live = [[r.base, 0, (r.stream, r.is_small, r.pool), r] for r in ranges]  # [lowest page, -, key, StartRange or None]
     mapped = {id(x): sum(size for _, size in x[3].runs) for x in live}  # bytes mapped now
-    for action, addr, size, stream in b.maps:
+    for (action, addr, size, stream), pool in zip(b.maps, b.map_pools):
         below = [x for x in live if x[0] <= addr]
         owner = max(below, key=lambda x: x[0]) if below else None
         if action == "segment_unmap":
@@ -337,7 +341,7 @@ def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
                 if mapped[id(owner)] <= 0:
                     live.remove(owner)
             continue
-        key = (stream, size % LARGE_PAGE != 0)
+        key = (stream, size % LARGE_PAGE != 0, pool)
         if owner is not None and owner[2] == key:
             mapped[id(owner)] = mapped.get(id(owner), 0) + size
             continue
@@ -352,16 +356,20 @@ def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
         mapped[id(fresh)] = size
 
 
-def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: TracePass) -> list[int]:
+def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: TracePass,
+                             expandable: set[int]) -> list[int]:
     """Exact sizes of blocks live at the start and freed later, where the trace shows them (0 elsewhere).
 
     At the start, the space after such a block X, up to the next live block,
     is one free block beginning where X ends. An allocation always takes the
     beginning of the free block it is given, so the first allocation the
     trace places in that space while X is still live sits exactly at X's end.
+    In an expandable range, an unmap in that space (a release of the free
+    pages after X) cuts the free block: there the trace does not show X's end.
     """
     allocs = sorted(b.allocs)
     alloc_addrs = [a for a, _ in allocs]
+    unmaps = [(addr, addr + size) for action, addr, size, _ in b.maps if action == "segment_unmap"]
     out = []
     for n, (addr, size, _requested, _id) in enumerate(blocks):
         if size:
@@ -378,6 +386,9 @@ def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: T
             a, i = allocs[j]
             if i < freed_at and (first is None or i < first[1]):
                 first = (a, i)
+        if first and seg is not None and seg.addr in expandable and any(
+                lo < first[0] and addr < hi for lo, hi in unmaps):
+            first = None  # pages between X and the allocation were released: the rules size X instead
         out.append(first[0] - addr if first else 0)
     return out
 

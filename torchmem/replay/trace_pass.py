@@ -90,6 +90,7 @@ class TracePass:
     seen: frozenset[int]                                # addresses with an alloc or free
     freed_at_start: Mapping[int, tuple[int, int, int]]  # addr -> (id, requested, entry): freed, never allocated
     maps: tuple[tuple[str, int, int, int], ...]         # (action, addr, size, stream) of every map and unmap
+    map_pools: tuple[tuple[int, int], ...]              # the private pool of each (its pool_id; default: (0, 0))
     allocs: tuple[tuple[int, int], ...]                 # (addr, entry) of every alloc
     ooms: tuple[OomEntry, ...]
     # (reserved_delta before, size, the request that followed: maps; None for segment_alloc) of every
@@ -244,6 +245,7 @@ class _Builder:
         self.empty_cache_calls = 0
         self.max_address = 0
         self.maps: list[tuple[str, int, int, int]] = []  # (action, addr, size, stream) of every map and unmap
+        self.map_pools: list[tuple[int, int]] = []       # the pool_id of each, where recorded
         self.allocs: list[tuple[int, int]] = []  # (addr, entry index) of every alloc
         # [reserved_delta before, size, the request that followed (maps; None for segment_alloc)]
         # of every segment made: the memory fraction's lower bound (memory_limit.py)
@@ -267,6 +269,12 @@ class _Builder:
             self.pool = index
             key = pool or DEFAULT_POOL
             self.cols.add(POOL, index, key[0], 0, key[1])
+
+    def pool_of_map(self, entry: dict, addr: int) -> tuple[int, int]:
+        """The private pool of a map or unmap: its pool_id, else (torch 2.11) its final segment's."""
+        if "pool_id" in entry:
+            return pool_id_field(entry.get("pool_id")) or DEFAULT_POOL
+        return self.final_pools.pool_of(addr) if self.final_pools else DEFAULT_POOL
 
     def request_free(self, entry: dict, where: "_Where") -> None:
         """A free_requested whose free_completed is to come: a FREE_REQUESTED event.
@@ -432,6 +440,7 @@ class _Builder:
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
         elif action == "segment_map":
             self.maps.append((action, addr, size, stream))
+            self.map_pools.append(self.pool_of_map(entry, addr))
             self.maps_waiting.append(len(self.creations))
             self.creations.append([self.reserved_delta, size, 0])
             self.reserved_delta += size
@@ -439,6 +448,7 @@ class _Builder:
             self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
         elif action == "segment_unmap":
             self.maps.append((action, addr, size, stream))
+            self.map_pools.append(self.pool_of_map(entry, addr))
             self.reserved_delta -= size
             self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
 
@@ -452,7 +462,8 @@ class _Builder:
             start_segments=MappingProxyType(self.start_segments), start_pools=MappingProxyType(self.start_pools),
             segments=MappingProxyType(self.segments),
             live=MappingProxyType(self.live), seen=frozenset(self.seen),
-            freed_at_start=MappingProxyType(self.freed_at_start), maps=tuple(self.maps), allocs=tuple(self.allocs),
+            freed_at_start=MappingProxyType(self.freed_at_start), maps=tuple(self.maps), map_pools=tuple(self.map_pools),
+            allocs=tuple(self.allocs),
             ooms=tuple(self.ooms), creations=tuple((a, b, c) for a, b, c in self.creations),
             retry_releases=tuple(self.retry_releases), max_address=self.max_address,
             reserved_peak=self.reserved_peak, empty_cache_calls=self.empty_cache_calls, next_id=self.next_id,

@@ -204,22 +204,25 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
   }
 }
 
-void Replayer::restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids) {
+void Replayer::restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids, size_t pool) {
   if (ids.size() != range.live_blocks.size()) throw std::invalid_argument("restore: one id per live block");
   for (uint64_t id : ids) {
     if (live_.count(id)) throw std::invalid_argument("restore: id " + std::to_string(id) + " is already live");
   }
   if (!native_) return restore_by_allocating(range.live_blocks, range.stream, ids);
+  if (pool >= pools_.size()) throw std::invalid_argument("restore: pool " + std::to_string(pool) + " not made yet");
   device_->offer(range.base, 0);
   try {
-    native_->restore_expandable(range);
+    pools_[pool].native->restore_expandable(range);
   } catch (...) {
     device_->take_unused_offers();
     throw;
   }
   device_->take_unused_offers();
   for (size_t i = 0; i < ids.size(); ++i) {
-    live_.emplace(ids[i], reinterpret_cast<void*>(range.live_blocks[i].addr));
+    void* ptr = reinterpret_cast<void*>(range.live_blocks[i].addr);
+    live_.emplace(ids[i], ptr);
+    if (pool != 0) pool_blocks_.emplace(ptr, pools_[pool].allocator.get());
   }
 }
 

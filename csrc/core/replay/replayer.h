@@ -157,7 +157,7 @@ class Replayer {
   // that held segments when recording began (Note [Private pools in the replay]).
   void enter_pool(uint64_t index, ReplayPoolId id);
   // The same for the range of an expandable segment (reserved at its base).
-  void restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids);
+  void restore_expandable(const RecordedRange& range, const std::vector<uint64_t>& ids, size_t pool = 0);
   // Fresh segment addresses start above `floor` (the highest recorded one).
   void set_address_floor(uintptr_t floor) { device_->set_address_floor(floor); }
 
