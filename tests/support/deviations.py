@@ -26,8 +26,16 @@ def _only_stats(problems: list[str], keys: set[str]) -> bool:
 
 
 def _differences(problems: list[str]) -> list[str]:
-    """The problems less oracle.compare's line on where the replay guessed a start segment's age."""
-    return [p for p in problems if not p.startswith("guessed")]
+    """The problems less oracle.compare's lines on what the replay's notes said (a guess, a start range
+    rebuilt as fixed segments)."""
+    return [p for p in problems if not p.startswith(("guessed", "rebuilt"))]
+
+
+def _start_range_moved(problems: list[str]) -> bool:
+    """Whether the replay rebuilt a start range as fixed segments, or the trace first differs at a map or unmap."""
+    return any(p.startswith("rebuilt") for p in problems) or any(
+        re.match(r"trace differs at entry \d+ of \d+: native \('segment_(map|unmap)'", p)
+        or re.search(r", replay \('segment_(map|unmap)'", p) for p in problems if p.startswith("trace differs"))
 
 
 def _guessed_first(problems: list[str]) -> bool:
@@ -88,7 +96,9 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "expandable_segments:True. The replay infers the fraction from the trace's refusals "
         "(torchmem/replay/memory_limit.py) and replays them, and with fixed segments it is exact; with expandable"
         " segments, where the garbage collector or a retry unmaps pages of a range that existed when recording "
-        "began (a run recorded mid-way), the replay unmaps other pages, or none, and what follows differs.",
+        "began (a run recorded mid-way), the replay unmaps other pages, or none, and what follows differs; and "
+        "in some runs from the start (the reproducer: three streams, garbage_collection_threshold) the replay "
+        "infers no fraction and maps what PyTorch refused.",
         lambda w, p: (bool(w.fraction) or _conf_has(w, "per_process_memory_fraction"))
         and _conf_has(w, "expandable_segments:True"),
     ),
@@ -101,6 +111,16 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "chose (Note [Start segments' ages]); a case counts here only where that choice came at or before the "
         "first difference.",
         lambda w, p: not w.from_start and _guessed_first(p)
+        and all(x.startswith(("trace differs", "final segments")) for x in _differences(p)),
+    ),
+    Deviation(
+        "expandable-start-range",
+        "a run recorded mid-way (or whose ring wrapped) with expandable_segments:True. A range that existed when "
+        "recording began shows only the pages mapped then, and its base lies at or below the lowest of them. "
+        "Where pages below them were released before recording began, or ranges near it were given back and "
+        "reserved again during the trace, the trace does not always pin its base: the replay reserves the range "
+        "elsewhere, or rebuilds it as fixed segments and says so, and a later map, unmap or placement differs.",
+        lambda w, p: _conf_has(w, "expandable_segments:True") and not w.from_start and _start_range_moved(p)
         and all(x.startswith(("trace differs", "final segments")) for x in _differences(p)),
     ),
     Deviation(

@@ -260,6 +260,8 @@ def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workl
                         f"{replayed[at] if at < len(replayed) else 'ends'}")
     if not stopped_at_oom and _layout(native["segments"]) != _layout(result.segments):
         problems.append(f"final segments differ ({len(native['segments'])} native, {len(result.segments)} replayed)")
+    if problems and any("rebuilt as fixed segments" in note for note in result.notes):
+        problems.append("rebuilt a start range as fixed segments (the replay's notes say why)")
     if problems and result.start_age_guess_entry is not None:
         # Where the replay first chose between start segments whose ages the snapshot lacks, counted as `at` is.
         guessed_at = sum(1 for e in trace[:result.start_age_guess_entry] if e["action"] in TRACE_ACTIONS)
@@ -297,7 +299,7 @@ def _without(w: Workload, start: int, stop: int) -> Workload:
 
 
 def problem_kind(problem: str) -> str:
-    """"trace", "final", "statistics", "replay", "native" or "guessed": what a problem is about."""
+    """"trace", "final", "statistics", "replay", "native", "rebuilt" or "guessed": what a problem is about."""
     return problem.split()[0]
 
 

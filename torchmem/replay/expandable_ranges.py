@@ -201,7 +201,7 @@ def recorded_ranges(b: TracePass, start: StartState, large_page: int) -> list[tu
         live.append([base, key, mapped, len(out) - 1])
 
     for r in sorted(start.ranges, key=lambda r: r.base):
-        open_range(r.base, (0, r.stream, r.is_small), sum(s for _, s in r.runs))
+        open_range(r.base, (b.pool_ids.get(r.pool, r.pool), r.stream, r.is_small), sum(s for _, s in r.runs))
     for _, action, addr, size, stream, pool in _events(b) or []:
         below = [r for r in live if r[0] <= addr]
         owner = max(below, key=lambda r: r[0]) if below else None

@@ -12,7 +12,8 @@ PyTorch made.
 - Without max_split_size the second step does nothing: every such run is a
   retry.
 - With it, the second step frees one cached oversize segment (max_split_size
-  or more) of the request's stream big enough for the request, or else its
+  or more) of the request's stream and pool big enough for the request (so
+  never for a small request: the small pool holds no such block), or else its
   stream's oversize segments from the largest down until they add up to
   the request; the third frees every unsplit cached segment. A run that
   released what the second step alone would have (one segment of the
@@ -123,6 +124,8 @@ def unsettled_runs(runs: list[ReleaseRun], retried: list[ReleaseRun], conf: str,
 
 def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
     """Whether release_available_cached_blocks alone made this run (see the module's docstring)."""
+    if run.new_segment == _C.rules.SMALL_BUFFER:
+        return False  # it searches the request's pool, and the small pool has no block of max_split_size
     if any(size < max_split for size in run.sizes):
         return False
     if expandable:

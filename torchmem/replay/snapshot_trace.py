@@ -41,7 +41,7 @@ from torchmem.replay.capacity import DEFAULT_CAPACITY, card_from_spacing, card_o
 from torchmem.replay.memory_limit import LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
 from torchmem.replay.retries import retry_runs, unsettled_runs
-from torchmem.replay.start_state import fix_block_sizes, rebuild_start_state
+from torchmem.replay.start_state import fit_between, fix_block_sizes, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
 from torchmem.trace_types import CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
 
@@ -222,6 +222,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             capacity_from = "expandable"
         else:
             capacity = None
+    if expandable and capacity is not None and capacity_from == "expandable":
+        fit_between(start.ranges, capacity)  # as rebuild_start_state does with an OOM's card
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],

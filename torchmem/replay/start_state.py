@@ -273,7 +273,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         group.ids += run.ids
     _lower_bases(ranges, b)
     if capacity is not None:
-        _fit_between(ranges, capacity)
+        fit_between(ranges, capacity)
     state.segments = [by_addr[a] for a in order if a in by_addr]
     state.ranges = ranges
     return state, highest
@@ -302,7 +302,7 @@ def _range_size(capacity: int, is_small: bool) -> int:
     return range_size(capacity, SMALL_PAGE if is_small else LARGE_PAGE)
 
 
-def _fit_between(ranges: list[StartRange], capacity: int) -> None:
+def fit_between(ranges: list[StartRange], capacity: int) -> None:
     """Lowers a start range's base, on its page grid, where its range (9/8 of the card) would reach the
     next start range: PyTorch's ranges never overlap, so its base lies at least that far below the next
     one's (and at or above the end of the one before; its pages mapped then stay inside it)."""
