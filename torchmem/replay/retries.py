@@ -24,7 +24,10 @@ PyTorch made.
 - Where the trace records Python stacks (PyTorch's default, context="all"),
   a run under the stack of the request that made the new segment was the
   allocator's, and any other stack is the program's (empty_cache(), a pool
-  dying): release_runs.release_origin. A free that completes in the middle
+  dying): release_runs.release_origin. Without garbage_collection_threshold
+  the allocator releases only after a failed device allocation, so its run
+  is a retry even where the card seems to have had room (a memory fraction
+  the program set is not in the snapshot). A free that completes in the middle
   of a run under its stack (the full release first completes the frees
   waiting on events) does not end the run.
 - Without stacks, a program's empty_cache() followed by a new segment looks
@@ -51,7 +54,7 @@ from __future__ import annotations
 
 from torchmem import _C
 from torchmem.replay.memory_limit import conf_fraction
-from torchmem.replay.release_runs import PROGRAM, ReleaseRun
+from torchmem.replay.release_runs import ALLOCATOR, PROGRAM, ReleaseRun
 
 
 def retry_runs(runs: list[ReleaseRun], conf: str, start_reserved: int, peak_reserved: int, card: int,
@@ -92,7 +95,11 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
     expandable = settings["expandable_segments"]
     for run in retry_releases:
         before = start_reserved + run.reserved_before
-        if run.origin == PROGRAM or capacity is None or before + run.new_segment <= capacity:
+        # Under the request's own stack and with no collector in the settings, only a failed device
+        # allocation makes the allocator release: a retry, whatever the card's room seemed (a fraction
+        # the program set is not in the snapshot).
+        failed = run.origin == ALLOCATOR and not settings["garbage_collection_threshold"]
+        if run.origin == PROGRAM or (not failed and (capacity is None or before + run.new_segment <= capacity)):
             continue  # the program's (its stack says so), or the card had room: no request failed
         if run.origin is None and run.private and not card_known:
             continue  # a private pool's segments, released when the pool died

@@ -63,8 +63,8 @@ class RecordedSegments {
   // free block of another restored segment (reuse_order segment). PyTorch
   // serves the older segment's; a snapshot does not hold the ages of the
   // segments made before recording began, so the lower address is a guess.
-  // The replayer watches this counter (Note [Start segments' ages]).
-  virtual const uint64_t& start_age_guesses() const = 0;
+  // The replayer reads it after each allocation (Note [Start segments' ages]).
+  virtual uint64_t start_age_guesses() const = 0;
 
  protected:
   ~RecordedSegments() = default;

@@ -16,8 +16,6 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
       follow_recording_(follow_recording) {
   stats_ = &allocator_->stats_ref();
   native_ = allocator_->recorded_segments();
-  static const uint64_t kNoGuesses = 0;
-  age_guesses_ = native_ ? &native_->start_age_guesses() : &kNoGuesses;
   if (!native_) follow_recording_ = false;  // no segments to follow
   pools_.push_back(Pool{ReplayPoolId{0, 0}, allocator_, native_});
 }
@@ -31,9 +29,11 @@ void Replayer::enter_pool(uint64_t index, ReplayPoolId id) {
     if (pools_.size() == 1) pool_peaks_ = allocator_->stats();  // until now the default pool's peaks are the device's
     std::shared_ptr<DeviceAllocator> made = make_device_allocator(*device_, config_);
     made->share_reserved(allocator_->device_reserved());  // a fraction's limit counts every pool
-    // A private pool allocates only while its graph's capture (or its MemPool's use_mem_pool) is underway,
-    // when PyTorch neither collects garbage nor releases its cache and retries on a failed cudaMalloc.
-    made->set_releases_blocked(true);
+    // A CUDA graph's pool (id (graph, 0)) allocates only while its capture is underway, when PyTorch
+    // neither collects garbage nor releases its cache and retries on a failed cudaMalloc. A MemPool's
+    // (id (0, n)) allocates under use_mem_pool, where torch 2.14 still releases and retries (seen on the
+    // fake GPU: tests/fakegpu/fixed/mempool-oom-retry.json).
+    made->set_releases_blocked(id.first != 0 || id.second == 0);
     if (history_entries_) made->enable_history(history_entries_);
     auto* native = made->recorded_segments();
     pools_.push_back(Pool{id, std::move(made), native});
@@ -242,6 +242,15 @@ void Replayer::settle_offers() {
   offers_pending_ = range_offers_pending_ = false;
 }
 
+void Replayer::note_age_guesses(Pool& pool) {
+  if (!pool.native) return;
+  const uint64_t guesses = pool.native->start_age_guesses();
+  if (guesses == pool.age_guesses_seen) return;
+  age_guesses_ += guesses - pool.age_guesses_seen;
+  pool.age_guesses_seen = guesses;
+  if (first_age_guess_ < 0) first_age_guess_ = static_cast<int64_t>(events_);
+}
+
 void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recorded, ReplayOp op) {
   const bool failed_on_gpu = op != ReplayOp::kAlloc;
   const size_t taken_before = device_->offers_taken();
@@ -263,10 +272,7 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   fidelity_.segments_followed += device_->offers_taken() - taken_before;
   settle_offers();
   if (pools_.size() > 1) track_pool_peaks();
-  if (*age_guesses_ != age_guesses_seen_) {
-    age_guesses_seen_ = *age_guesses_;
-    if (first_age_guess_ < 0) first_age_guess_ = static_cast<int64_t>(events_);
-  }
+  note_age_guesses(pools_[current_]);
   if (failed_on_gpu) {
     into.deallocate(ptr);
     if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);

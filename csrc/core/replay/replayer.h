@@ -189,7 +189,7 @@ class Replayer {
   // Allocations that a tie between segments of the start state decided, and
   // the event index of the first (-1: none): the snapshot does not hold those
   // segments' ages (Note [Start segments' ages], caching_start_state.cpp).
-  uint64_t start_age_guesses() const { return *age_guesses_; }
+  uint64_t start_age_guesses() const { return age_guesses_; }
   int64_t first_start_age_guess() const { return first_age_guess_; }
   // History for every pool (now and made later), and its entries in the
   // order they happened across pools.
@@ -216,7 +216,9 @@ class Replayer {
     ReplayPoolId id;
     std::shared_ptr<DeviceAllocator> allocator;
     RecordedSegments* native;  // the pool allocator's replay support
+    uint64_t age_guesses_seen = 0;  // native->start_age_guesses() when last read
   };
+  void note_age_guesses(Pool& pool);  // after an allocation in `pool`: counts its new start-age guesses
 
   std::unique_ptr<SimDevice> device_;
   AllocatorConfig config_;
@@ -243,8 +245,7 @@ class Replayer {
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
   int64_t recorded_retries_ = 0;       // kRecordedRetry events met, following the recording
-  const uint64_t* age_guesses_ = nullptr;  // the default pool's RecordedSegments::start_age_guesses, or a zero
-  uint64_t age_guesses_seen_ = 0;
+  uint64_t age_guesses_ = 0;           // every pool's start-age guesses (note_age_guesses)
   int64_t first_age_guess_ = -1;       // event index of the first, or -1
   uint64_t events_ = 0;
   uint64_t skipped_ = 0;

@@ -90,7 +90,7 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   // mapped pages or overlapping); the allocator is unchanged then.
   void restore_expandable(const RecordedRange& range) override;
   RecordedSegments* recorded_segments() override { return this; }
-  const uint64_t& start_age_guesses() const override { return start_age_guesses_; }
+  uint64_t start_age_guesses() const override { return start_age_guesses_; }
 
   // add_free_memory_callback, set_memory_fraction, set_releases_blocked,
   // stats, reset_*_stats, history, config and device: PolicyBase's
