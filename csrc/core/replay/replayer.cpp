@@ -197,6 +197,7 @@ void Replayer::restore(const RecordedSegment& segment, const std::vector<uint64_
     device_->free(segment.addr, segment.size);
     throw;
   }
+  segments_restored_ = true;
   for (size_t i = 0; i < ids.size(); ++i) {
     void* ptr = reinterpret_cast<void*>(segment.live_blocks[i].addr);
     live_.emplace(ids[i], ptr);
@@ -272,7 +273,7 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   fidelity_.segments_followed += device_->offers_taken() - taken_before;
   settle_offers();
   if (pools_.size() > 1) track_pool_peaks();
-  note_age_guesses(pools_[current_]);
+  if (segments_restored_) note_age_guesses(pools_[current_]);
   if (failed_on_gpu) {
     into.deallocate(ptr);
     if (fidelity_.failed_alloc_succeeded < 0) fidelity_.failed_alloc_succeeded = static_cast<int64_t>(events_);

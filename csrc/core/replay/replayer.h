@@ -245,6 +245,7 @@ class Replayer {
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
   int64_t recorded_retries_ = 0;       // kRecordedRetry events met, following the recording
+  bool segments_restored_ = false;     // restore() made a start segment: only then can a start-age tie arise
   uint64_t age_guesses_ = 0;           // every pool's start-age guesses (note_age_guesses)
   int64_t first_age_guess_ = -1;       // event index of the first, or -1
   uint64_t events_ = 0;
