@@ -260,12 +260,6 @@ def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workl
                         f"{replayed[at] if at < len(replayed) else 'ends'}")
     if not stopped_at_oom and _layout(native["segments"]) != _layout(result.segments):
         problems.append(f"final segments differ ({len(native['segments'])} native, {len(result.segments)} replayed)")
-    if problems and any("rebuilt as fixed segments" in note for note in result.notes):
-        problems.append("rebuilt a start range as fixed segments (the replay's notes say why)")
-    if problems and result.start_age_guess_entry is not None:
-        # Where the replay first chose between start segments whose ages the snapshot lacks, counted as `at` is.
-        guessed_at = sum(1 for e in trace[:result.start_age_guess_entry] if e["action"] in TRACE_ACTIONS)
-        problems.append(f"guessed start segments' ages at entry {guessed_at} ({result.start_age_guesses} times)")
     if workload.from_start and not stopped_at_oom:
         stats = report["stats"]
         ours = {"allocated_bytes.all.peak": result.peak_allocated, "reserved_bytes.all.peak": result.peak_reserved}
@@ -274,6 +268,16 @@ def compare(snapshot_path: str | os.PathLike[str], report: dict, workload: Workl
         if differ:
             problems.append("statistics differ (native, replay): " + ", ".join(f"{k} {a} vs {b}"
                                                                              for k, (a, b) in differ.items()))
+    # What the replay's notes say where it guessed (tests.support.deviations reads these lines).
+    if problems and any("rebuilt as fixed segments" in note for note in result.notes):
+        problems.append("rebuilt a start range as fixed segments (the replay's notes say why)")
+    guessed_runs = [n for n in result.notes if "the snapshot cannot tell" in n]
+    if problems and guessed_runs:  # the replay's note on runs of releases it cannot settle (retries.unsettled_runs)
+        problems.append(f"guessed retries from {guessed_runs[0].split(':')[0]}")
+    if problems and result.start_age_guess_entry is not None:
+        # Where the replay first chose between start segments whose ages the snapshot lacks, counted as `at` is.
+        guessed_at = sum(1 for e in trace[:result.start_age_guess_entry] if e["action"] in TRACE_ACTIONS)
+        problems.append(f"guessed start segments' ages at entry {guessed_at} ({result.start_age_guesses} times)")
     return problems
 
 

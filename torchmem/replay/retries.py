@@ -114,19 +114,20 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
     return retried
 
 
-def unsettled_runs(runs: list[ReleaseRun], retried: list[ReleaseRun], conf: str,
-                   fraction_configured: bool) -> list[ReleaseRun]:
+def unsettled_runs(runs: list[ReleaseRun], conf: str, fraction_configured: bool) -> list[ReleaseRun]:
     """The runs whose count the snapshot cannot settle (retry-count, docs/fakegpu.md).
 
-    Without stacks, a run counted as a retry may have been the program's
-    empty_cache(). Under garbage_collection_threshold with a fraction the
-    settings do not hold (one the program set, inferred or unknown), any run
-    of the allocator's may have been the collector's.
+    Without stacks, any run may have been the allocator's retry or the
+    program's empty_cache(), counted or not (a fraction the program set, not
+    in the snapshot, refuses where the card seems to have room). Under
+    garbage_collection_threshold with a fraction the settings do not hold
+    (one the program set, inferred or unknown), any run of the allocator's
+    may have been the collector's.
     tests/support/indistinguishable.py holds a pair of native runs for each.
     """
     if _C.rules.config_fields(conf or "")["garbage_collection_threshold"] and not fraction_configured:
         return [run for run in runs if run.origin != PROGRAM]
-    return [run for run in retried if run.origin is None]
+    return [run for run in runs if run.origin is None]
 
 
 def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:

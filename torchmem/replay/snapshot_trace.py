@@ -263,7 +263,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
                      "no pool_id in its trace, so each allocation's pool comes from the final segment that holds it; "
                      "allocations in segments freed before the end are replayed in the default pool")
-    unsettled = unsettled_runs(retry_releases, retried, conf or "", fraction_from == "config")
+    unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
     if unsettled:
         n = len(unsettled)
         notes.append(f"entry {b.events.entries[unsettled[0].position]}: a run of releases before a new segment, "
