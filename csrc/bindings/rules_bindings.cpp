@@ -57,6 +57,7 @@ void bind_rules(py::module_& m) {
   ops["FREE_REQUESTED"] = static_cast<int>(ReplayOp::kFreeRequested);
   ops["RANGE_OFFER"] = static_cast<int>(ReplayOp::kRangeOffer);
   ops["RECORDED_RETRY"] = static_cast<int>(ReplayOp::kRecordedRetry);
+  ops["FREE_AT_SYNC"] = static_cast<int>(ReplayOp::kFreeAtSync);
   rules.attr("REPLAY_OPS") = ops;
 }
 

@@ -7,7 +7,9 @@ before they were made, the maps and unmaps, the OOM entries, the runs of
 releases. Frees take effect at ``free_completed`` (``free_requested`` when a
 trace has no ``free_completed``); a ``free_requested`` whose
 ``free_completed`` comes later (``record_stream``) ends the allocation there,
-as PyTorch counts it (_Builder.request_free).
+as PyTorch counts it (_Builder.request_free). Such frees directly before an
+OOM entry complete at the request's release (Note [Frees completed at a
+release], sync_frees.py).
 """
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ from typing import Any, Mapping, NamedTuple
 from torchmem import _C
 from torchmem.replay.entries import int_field
 from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
-from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_REQUESTED, POOL, RELEASE_SEGMENT,
-                                  SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC, TraceError)
+from torchmem.replay.sync_frees import SyncFrees
+from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED, POOL,
+                                  RELEASE_SEGMENT, SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC,
+                                  TraceError)
 
 DEFAULT_POOL = (0, 0)
 
@@ -217,6 +221,8 @@ class _Builder:
         self.next_id = 0
         self.live: dict[int, int] = {}            # addr -> id, blocks live now
         self.two_step_frees = _replays_two_step_frees()
+        self.requested: set[int] = set()          # ids whose free was requested (FREE_REQUESTED), not completed
+        self.sync_frees = SyncFrees()             # frees that may complete at the next request's release
         self.seen: set[int] = set()               # addresses with an alloc or free so far
         self.freed_at_start: dict[int, tuple[int, int, int]] = {}  # addr -> (id, requested, entry index)
         self.segments: dict[int, tuple[int, int]] = {}             # addr -> (size, entry index), made in the trace, live
@@ -290,6 +296,7 @@ class _Builder:
         """
         id_ = self.live.get(int_field(entry, "addr", where))
         if id_ is not None:
+            self.requested.add(id_)
             self.cols.add(FREE_REQUESTED, id_, 0, int_field(entry, "stream", where) if "stream" in entry else 0)
 
     def inside_release(self, entry: dict, action: str, free_action: str) -> bool:
@@ -369,6 +376,8 @@ class _Builder:
 
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
         where = _Where(self.bad_entry, i)  # written out only in an error: a million f-strings cost half a second
+        if action not in (free_action, "oom", "snapshot"):
+            self.sync_frees.clear()
         if action == "snapshot" or (action.startswith("free") and action != free_action):
             if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
                 self.request_free(entry, where)
@@ -380,6 +389,8 @@ class _Builder:
                 raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
             device_free = int_field(entry, "device_free", where)
             self.ooms.append(OomEntry(len(self.cols.ops), i, size, stream, device_free, self.reserved_delta))
+            for position in self.sync_frees.at_oom(python_stack(entry)):
+                self.cols.ops[position] = FREE_AT_SYNC
             self.mark_survived()
             self.enter_pool(entry, None)
             self.unsurvived.append(len(self.cols.ops))
@@ -406,7 +417,14 @@ class _Builder:
             id_ = self.live.pop(addr, None)
             if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
                 self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
+                self.requested.discard(id_)
+                self.sync_frees.clear()
                 return
+            if id_ is not None and id_ in self.requested:
+                self.requested.discard(id_)
+                self.sync_frees.freed(len(self.cols.ops), python_stack(entry))
+            else:
+                self.sync_frees.clear()
             if id_ is None:
                 if addr in self.seen:
                     raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")

@@ -18,6 +18,7 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
   native_ = allocator_->recorded_segments();
   if (!native_) follow_recording_ = false;  // no segments to follow
   pools_.push_back(Pool{ReplayPoolId{0, 0}, allocator_, native_});
+  allocator_->set_pending_free_waiter([this] { return take_sync_frees(); });
 }
 
 // ---------------------------------------------------------------- private pools
@@ -68,6 +69,34 @@ void Replayer::request_free(uint64_t id) {
   }
   owner_of(it->second).request_free(it->second);
   requested_.insert(id);
+}
+
+std::vector<void*> Replayer::take_sync_frees() {
+  std::vector<void*> ptrs;
+  std::vector<uint64_t> kept;  // private pools' blocks: their allocators make no full release
+  for (uint64_t id : sync_frees_) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    if (&owner_of(it->second) != allocator_.get()) {
+      kept.push_back(id);
+      continue;
+    }
+    ptrs.push_back(it->second);
+    requested_.erase(id);
+    live_.erase(it);
+  }
+  sync_frees_ = std::move(kept);
+  return ptrs;
+}
+
+void Replayer::complete_sync_frees() {
+  for (uint64_t id : sync_frees_) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    free_block(it->second, requested_.erase(id) > 0);
+    live_.erase(it);
+  }
+  sync_frees_.clear();
 }
 
 bool Replayer::release_segment(uintptr_t addr) {
@@ -306,9 +335,16 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           continue;
         }
         allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, op);
+        if (!sync_frees_.empty()) complete_sync_frees();
         if (oom_) return i;
         break;
       }
+      case ReplayOp::kFreeAtSync:
+        if (requested_.count(id) && live_.count(id)) {
+          sync_frees_.push_back(id);
+          break;
+        }
+        [[fallthrough]];
       case ReplayOp::kFree: {
         auto it = live_.find(id);
         if (it == live_.end()) {

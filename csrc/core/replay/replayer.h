@@ -45,6 +45,15 @@
 //                   that follows the recording makes those releases itself
 //                   and never fails first, so it counts the retry in
 //                   num_alloc_retries here; others ignore it
+//   kFreeAtSync     the recording completed the requested free of `id`
+//                   (a kFreeRequested before) inside the next request's
+//                   full release: PyTorch's synchronize_and_free_events,
+//                   after the request's search of the cache missed (Note
+//                   [Frees completed at a release], trace_pass.py). The free
+//                   completes where the allocator waits for pending frees
+//                   (set_pending_free_waiter), or after the next request
+//                   where it makes no full release. An id whose free was not
+//                   requested is freed at once, as at kFree
 // Note [Private pools in the replay]
 // As PyTorch's graph_pools: each private pool (a CUDA graph's, a
 // torch.cuda.MemPool's) is an allocator of its own under the same config
@@ -110,6 +119,7 @@ enum class ReplayOp : uint8_t {
   kFreeRequested = 8,
   kRangeOffer = 9,
   kRecordedRetry = 10,
+  kFreeAtSync = 11,
 };
 
 using ReplayPoolId = std::pair<uint64_t, uint64_t>;
@@ -208,6 +218,8 @@ class Replayer {
   DeviceAllocator& owner_of(void* ptr);  // the pool allocator that made the live block at ptr
   void free_block(void* ptr, bool requested);
   void request_free(uint64_t id);
+  std::vector<void*> take_sync_frees();  // the default pool's kFreeAtSync blocks, forgotten here
+  void complete_sync_frees();            // those the last request's release did not complete
   bool release_segment(uintptr_t addr);
   void track_pool_peaks();
   DeviceStats pool_sums() const;  // stats() of more than one pool
@@ -229,6 +241,7 @@ class Replayer {
   size_t current_ = 0;                  // the pool allocations go to now
   std::unordered_map<void*, DeviceAllocator*> pool_blocks_;  // live blocks of private pools
   std::unordered_set<uint64_t> requested_;  // live ids whose free is requested (kFreeRequested)
+  std::vector<uint64_t> sync_frees_;        // of those, ids that complete at the next request's release
   DeviceStats pool_peaks_;              // with private pools: peaks of the pools' sums
   size_t history_entries_ = 0;
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm

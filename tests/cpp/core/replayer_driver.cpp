@@ -202,6 +202,48 @@ void test_replayer_free_requested() {
   INVARIANTS(stitch.allocator());
 }
 
+// kFreeAtSync (Note [Frees completed at a release], trace_pass.py): the free
+// completes inside the next request's full release, after its search of the
+// cache missed, so a block that would fit is not handed to that request.
+void test_replayer_free_at_sync() {
+  auto replayer = [](ReplayOp free_op) {
+    auto r = std::make_unique<Replayer>(100 * MiB, 0, AllocatorConfig{}, 1, false);
+    // One 90 MiB segment, split into block 1 (60 MiB) and block 4 (30 MiB); block 1's free waits on a stream.
+    const uint8_t ops[] = {0, 1, 0, 0, 8, static_cast<uint8_t>(free_op)};
+    const uint64_t ids[] = {0, 0, 1, 4, 1, 1}, sizes[] = {90 * MiB, 0, 60 * MiB, 30 * MiB, 0, 0};
+    const uint64_t streams[] = {0, 0, 0, 0, 0, 0};
+    CHECK(r->run(ops, ids, sizes, streams, nullptr, 6) == 6 && r->allocator().segments().size() == 1);
+    return r;
+  };
+  auto run = [](Replayer& r, ReplayOp op, uint64_t id, uint64_t size) {
+    const uint8_t o = static_cast<uint8_t>(op);
+    const uint64_t stream = 0;
+    return r.run(&o, &id, &size, &stream, nullptr, 1);
+  };
+  // Completed at the release: the 20 MiB request finds no cached block, no room for a segment, and fails.
+  auto at_sync = replayer(ReplayOp::kFreeAtSync);
+  CHECK(at_sync->stats().active_bytes[kAggregate].current == static_cast<int64_t>(90 * MiB));
+  run(*at_sync, ReplayOp::kFailedAlloc, 3, 20 * MiB);
+  CHECK(at_sync->stopped() && at_sync->fidelity().failed_alloc_succeeded < 0);
+  CHECK(at_sync->stats().active_bytes[kAggregate].current == static_cast<int64_t>(30 * MiB));  // completed there
+  INVARIANTS(at_sync->allocator());
+  // Completed before it (kFree): the request takes block 1, where PyTorch's ran out of memory.
+  auto before = replayer(ReplayOp::kFree);
+  run(*before, ReplayOp::kFailedAlloc, 3, 20 * MiB);
+  CHECK(!before->stopped() && before->fidelity().failed_alloc_succeeded >= 0);
+  // A request that makes no full release (a small segment fits): the free completes after it.
+  auto small = replayer(ReplayOp::kFreeAtSync);
+  run(*small, ReplayOp::kAlloc, 5, 4096);
+  CHECK(!small->stopped() && small->allocator().segments().size() == 2);
+  CHECK(small->stats().active_bytes[kAggregate].current == static_cast<int64_t>(30 * MiB + 4096));
+  INVARIANTS(small->allocator());
+  // An id whose free was not requested is freed at once, as at kFree.
+  Replayer plain(100 * MiB, 0, AllocatorConfig{}, 1, false);
+  run(plain, ReplayOp::kAlloc, 1, 30 * MiB);
+  run(plain, ReplayOp::kFreeAtSync, 1, 0);
+  CHECK(plain.stats().active_bytes[kAggregate].current == 0);
+}
+
 }  // namespace
 
 std::vector<Test> replayer_tests() {
@@ -209,6 +251,7 @@ std::vector<Test> replayer_tests() {
       {"replayer", test_replayer},
       {"replayer_follows_recording", test_replayer_follows_recording},
       {"replayer_free_requested", test_replayer_free_requested},
+      {"replayer_free_at_sync", test_replayer_free_at_sync},
   };
 }
 
