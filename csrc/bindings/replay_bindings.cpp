@@ -51,7 +51,7 @@ py::dict fidelity_to_dict(const ReplayFidelity& f) {
 
 void bind_replay(py::module_& m) {
   // The replay operation codes this build knows (ReplayOp: 0 .. replay_op_count - 1).
-  m.attr("replay_op_count") = static_cast<int>(ReplayOp::kFreeAtSync) + 1;
+  m.attr("replay_op_count") = static_cast<int>(ReplayOp::kRequestRelease) + 1;
   py::class_<Replayer>(m, "Replayer")
       .def(py::init([](size_t capacity, size_t others, const std::string& conf, uint64_t sample_every, bool skip,
                        bool follow) {

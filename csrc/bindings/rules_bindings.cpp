@@ -58,6 +58,7 @@ void bind_rules(py::module_& m) {
   ops["RANGE_OFFER"] = static_cast<int>(ReplayOp::kRangeOffer);
   ops["RECORDED_RETRY"] = static_cast<int>(ReplayOp::kRecordedRetry);
   ops["FREE_AT_SYNC"] = static_cast<int>(ReplayOp::kFreeAtSync);
+  ops["REQUEST_RELEASE"] = static_cast<int>(ReplayOp::kRequestRelease);
   rules.attr("REPLAY_OPS") = ops;
 }
 

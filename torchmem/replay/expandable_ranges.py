@@ -167,9 +167,11 @@ def _request_pools(ops: list[int], ids: list[int]) -> list[int]:
 
 
 def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
-    """Whether a recorded range address is offered after the last request before `pos`."""
+    """Whether a recorded range address is offered after the last request before `pos`, and no release
+    after it: a map before the request's own release was its first try (Note [A failed map's own
+    release], trace_pass.py), and the try after the release may reserve a range anew."""
     for k in range(pos - 1, -1, -1):
-        if ops[k] in _ALLOCATING:
+        if ops[k] in _ALLOCATING or ops[k] == RELEASE_SEGMENT:
             return False
         if ops[k] == SEGMENT_ADDRESS:
             return True

@@ -43,7 +43,8 @@ from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorde
 from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fit_between, fix_block_sizes, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
-from torchmem.trace_types import CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, Chunk, Trace, TraceError
+from torchmem.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
+                                  TraceError)
 
 
 @dataclass
@@ -245,7 +246,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]
     if start.pending_frees:  # frees still waiting at the end (StartState.pending_frees)
         inserts.insert(0, (0, [(FREE_REQUESTED, id_, 0, 0, 0) for id_ in start.pending_frees]))
-    cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms)
+    cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms, b.request_releases)
     devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
     recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
                            capacity_from=capacity_from, held=held, fraction_from=fraction_from, limit_low=limit_low,
@@ -283,13 +284,20 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                  skipped_lines=bad.count, first_skipped=bad.first)
 
 
-def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: list[dict]) -> list[np.ndarray]:
+def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: list[dict],
+           request_releases: tuple[int, ...] = ()) -> list[np.ndarray]:
     """The replay's event columns (ops, ids, sizes, streams, addrs, entries as numpy arrays): the pass's
     events with the events the later steps infer placed where they belong. `inserts`: (position,
     [(op, id, size, stream, addr)]) sorted by position, each placed just before the pass's event at
     `position` (the failed request of a RANGE_OFFER, the new segment of a RECORDED_RETRY) and given its
-    trace entry. Shifts each oom's "index" past the events placed before it."""
+    trace entry. Shifts each oom's "index" past the events placed before it. The releases at
+    `request_releases` become REQUEST_RELEASE events."""
     columns = [events.ops, events.ids, events.sizes, events.streams, events.addrs, events.entries]
+    if request_releases:  # Note [A failed map's own release] (trace_pass.py)
+        ops = list(events.ops)
+        for pos in request_releases:
+            ops[pos] = REQUEST_RELEASE
+        columns[0] = ops
     if inserts:
         merged: list[list[int]] = [[] for _ in columns]
         done = 0

@@ -10,6 +10,18 @@ trace has no ``free_completed``); a ``free_requested`` whose
 as PyTorch counts it (_Builder.request_free). Such frees directly before an
 OOM entry complete at the request's release (Note [Frees completed at a
 release], sync_frees.py).
+
+Note [A failed map's own release]
+With expandable segments a request maps pages one at a time; where the
+device refuses one, the request releases the cache (unmapping free pages)
+and maps again, or fails. Its trace is its maps, then the releases, then
+its alloc or OOM entry: nothing of the program's can come between a map and
+the request it serves. A replay that follows the recording makes each
+recorded release at its event, so it would unmap before the request maps,
+and the trace's order differs. The releases after a request's first map
+are its own: the pass lists their events (TracePass.request_releases), and
+they become REQUEST_RELEASE events (snapshot_trace.py), which the
+allocator makes itself when its map fails, or the replay after the request.
 """
 from __future__ import annotations
 
@@ -108,6 +120,7 @@ class TracePass:
     pools: int                                          # pools met, the default one included
     pool_ids: Mapping[tuple[int, int], int]             # each pool met -> its index in the replay (kPool)
     pools_inferred: int                                 # allocations placed in a pool by their final segment
+    request_releases: tuple[int, ...]                   # events of releases inside a request that mapped first
 
 
 class _Columns:
@@ -223,6 +236,8 @@ class _Builder:
         self.two_step_frees = _replays_two_step_frees()
         self.requested: set[int] = set()          # ids whose free was requested (FREE_REQUESTED), not completed
         self.sync_frees = SyncFrees()             # frees that may complete at the next request's release
+        self.mapped_for_request = False           # a map since the last request (Note [A failed map's own release])
+        self.request_releases: list[int] = []     # events of releases after such a map
         self.seen: set[int] = set()               # addresses with an alloc or free so far
         self.freed_at_start: dict[int, tuple[int, int, int]] = {}  # addr -> (id, requested, entry index)
         self.segments: dict[int, tuple[int, int]] = {}             # addr -> (size, entry index), made in the trace, live
@@ -389,6 +404,7 @@ class _Builder:
                 raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
             device_free = int_field(entry, "device_free", where)
             self.ooms.append(OomEntry(len(self.cols.ops), i, size, stream, device_free, self.reserved_delta))
+            self.mapped_for_request = False
             for position in self.sync_frees.at_oom(python_stack(entry)):
                 self.cols.ops[position] = FREE_AT_SYNC
             self.mark_survived()
@@ -407,6 +423,7 @@ class _Builder:
             self.live[addr] = id_
             self.seen.add(addr)
             self.allocs.append((addr, i))
+            self.mapped_for_request = False
             for k in self.maps_waiting:
                 self.creations[k][2] = size
             self.maps_waiting.clear()
@@ -455,10 +472,11 @@ class _Builder:
                     self.start_pools[addr] = pool
             self.segments_gone.add(addr)
             self.reserved_delta -= size
-            self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
+            self.release(size, stream, addr)
         elif action == "segment_map":
             self.maps.append((action, addr, size, stream))
             self.map_pools.append(self.pool_of_map(entry, addr))
+            self.mapped_for_request = True
             self.maps_waiting.append(len(self.creations))
             self.creations.append([self.reserved_delta, size, 0])
             self.reserved_delta += size
@@ -468,7 +486,13 @@ class _Builder:
             self.maps.append((action, addr, size, stream))
             self.map_pools.append(self.pool_of_map(entry, addr))
             self.reserved_delta -= size
-            self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
+            self.release(size, stream, addr)
+
+    def release(self, size: int, stream: int, addr: int) -> None:
+        """A RELEASE_SEGMENT event; listed as the request's own after a map it made."""
+        if self.mapped_for_request:
+            self.request_releases.append(len(self.cols.ops))
+        self.cols.add(RELEASE_SEGMENT, 0, size, stream, addr)
 
     def result(self) -> TracePass:
         """The pass, done: what it wrote and saw, frozen."""
@@ -485,7 +509,8 @@ class _Builder:
             ooms=tuple(self.ooms), creations=tuple((a, b, c) for a, b, c in self.creations),
             retry_releases=tuple(self.retry_releases), max_address=self.max_address,
             reserved_peak=self.reserved_peak, empty_cache_calls=self.empty_cache_calls, next_id=self.next_id,
-            pools=len(self.pools), pool_ids=MappingProxyType(dict(self.pools)), pools_inferred=self.pools_inferred)
+            pools=len(self.pools), pool_ids=MappingProxyType(dict(self.pools)), pools_inferred=self.pools_inferred,
+            request_releases=tuple(self.request_releases))
 
 
 def run_pass(entries: list, bad_entry: BadEntries, final_segments: Any = None) -> TracePass:

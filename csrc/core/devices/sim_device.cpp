@@ -118,9 +118,9 @@ size_t SimDevice::live_segments() const {
   return live_;
 }
 
-void SimDevice::offer(uintptr_t addr, size_t size) {
+void SimDevice::offer(uintptr_t addr, size_t size, bool while_live) {
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  if (size == 0 && overlaps_live(addr, 1)) return;  // a map inside a range already reserved
+  if (size == 0 && !while_live && overlaps_live(addr, 1)) return;  // a map inside a range already reserved
   offers_.push_back({addr, size});
 }
 

@@ -11,7 +11,8 @@
 // may offer addresses (Note [Recorded addresses]):
 // - offer(addr, size) queues an address for the next allocate(size) (or,
 //   with size 0, for the next reserve() of any size; dropped at once when
-//   addr lies in a live range). A call takes the first
+//   addr lies in a live range, unless `while_live`: a range the next request
+//   may give back before it reserves). A call takes the first
 //   queued offer of its kind when the size matches and the range overlaps no
 //   live range; otherwise it takes a fresh range. Offers never expire by
 //   themselves: take_unused_offers() drops them and says how many were left.
@@ -83,7 +84,7 @@ class SimDevice final : public Device {
   size_t live_segments() const;
 
   // Recorded addresses: see the header comment.
-  void offer(uintptr_t addr, size_t size);
+  void offer(uintptr_t addr, size_t size, bool while_live = false);
   size_t take_unused_offers();
   bool adopt(uintptr_t addr, size_t size);
   // Fresh ranges start at or above `floor` (e.g. above every recorded address).

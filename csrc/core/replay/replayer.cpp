@@ -99,6 +99,13 @@ void Replayer::complete_sync_frees() {
   sync_frees_.clear();
 }
 
+void Replayer::make_request_releases() {
+  for (uintptr_t addr : request_releases_) {
+    if (release_segment(addr)) ++fidelity_.releases_made;  // else the request's own release made it
+  }
+  request_releases_.clear();
+}
+
 bool Replayer::release_segment(uintptr_t addr) {
   for (Pool& pool : pools_) {
     if (pool.native && pool.native->release_cached_segment(addr)) return true;
@@ -336,6 +343,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         }
         allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, op);
         if (!sync_frees_.empty()) complete_sync_frees();
+        if (!request_releases_.empty()) make_request_releases();
         if (oom_) return i;
         break;
       }
@@ -364,6 +372,9 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         allocator_->empty_cache();
         ++fidelity_.empty_cache_calls;
         break;
+      case ReplayOp::kRequestRelease:
+        if (follow_recording_ && addrs && native_) request_releases_.push_back(addrs[i]);
+        break;
       case ReplayOp::kReleaseSegment:
         if (!follow_recording_ || !addrs || !native_) break;
         ++(release_segment(addrs[i]) ? fidelity_.releases_made : fidelity_.releases_missed);
@@ -379,7 +390,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         break;
       case ReplayOp::kRangeOffer:
         if (follow_recording_ && addrs && addrs[i]) {
-          device_->offer(addrs[i], 0);
+          device_->offer(addrs[i], 0, true);  // the request's own release may give back the range there
           range_offers_pending_ = true;
         }
         break;

@@ -54,6 +54,14 @@
 //                   (set_pending_free_waiter), or after the next request
 //                   where it makes no full release. An id whose free was not
 //                   requested is freed at once, as at kFree
+//   kRequestRelease the recording released the cached segment (or the free
+//                   pages) at `addr` inside the next request, after that
+//                   request mapped pages of an expandable range and the
+//                   device refused more: the request's own full release
+//                   (Note [A failed map's own release], trace_pass.py).
+//                   Following the recording, the allocator makes it itself
+//                   when its map fails; what it did not make is released
+//                   after the request. Others ignore it
 // Note [Private pools in the replay]
 // As PyTorch's graph_pools: each private pool (a CUDA graph's, a
 // torch.cuda.MemPool's) is an allocator of its own under the same config
@@ -120,6 +128,7 @@ enum class ReplayOp : uint8_t {
   kRangeOffer = 9,
   kRecordedRetry = 10,
   kFreeAtSync = 11,
+  kRequestRelease = 12,
 };
 
 using ReplayPoolId = std::pair<uint64_t, uint64_t>;
@@ -220,6 +229,7 @@ class Replayer {
   void request_free(uint64_t id);
   std::vector<void*> take_sync_frees();  // the default pool's kFreeAtSync blocks, forgotten here
   void complete_sync_frees();            // those the last request's release did not complete
+  void make_request_releases();          // the kRequestRelease releases the last request did not make
   bool release_segment(uintptr_t addr);
   void track_pool_peaks();
   DeviceStats pool_sums() const;  // stats() of more than one pool
@@ -242,6 +252,7 @@ class Replayer {
   std::unordered_map<void*, DeviceAllocator*> pool_blocks_;  // live blocks of private pools
   std::unordered_set<uint64_t> requested_;  // live ids whose free is requested (kFreeRequested)
   std::vector<uint64_t> sync_frees_;        // of those, ids that complete at the next request's release
+  std::vector<uintptr_t> request_releases_;  // kRequestRelease addresses, made by or after the next request
   DeviceStats pool_peaks_;              // with private pools: peaks of the pools' sums
   size_t history_entries_ = 0;
   NodePool nodes_;  // the live map's nodes: no heap allocation per event once warm

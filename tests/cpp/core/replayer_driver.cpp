@@ -244,6 +244,39 @@ void test_replayer_free_at_sync() {
   CHECK(plain.stats().active_bytes[kAggregate].current == 0);
 }
 
+// kRequestRelease (Note [A failed map's own release], trace_pass.py): a
+// release the next request makes itself; what it did not make is released
+// after it, never before (unlike kReleaseSegment).
+void test_replayer_request_release() {
+  auto run = [](Replayer& r, ReplayOp op, uint64_t id, uint64_t size, uint64_t stream, uintptr_t addr) {
+    const uint8_t o = static_cast<uint8_t>(op);
+    const uint64_t a = addr;
+    return r.run(&o, &id, &size, &stream, &a, 1);
+  };
+  for (ReplayOp release : {ReplayOp::kRequestRelease, ReplayOp::kReleaseSegment}) {
+    Replayer r(1 * GiB, 0, AllocatorConfig{}, 1, false, true);
+    run(r, ReplayOp::kAlloc, 1, 30 * MiB, 0, 0);
+    const uintptr_t cached = r.allocator().segments().at(0).addr;
+    run(r, ReplayOp::kFree, 1, 0, 0, 0);
+    run(r, release, 0, 30 * MiB, 0, cached);
+    run(r, ReplayOp::kAlloc, 2, 50 * MiB, 1, 0);  // another stream: a segment of its own
+    const DeviceStats s = r.stats();
+    CHECK(r.allocator().segments().size() == 1 && r.fidelity().releases_made == 1);
+    // Released after the request: both segments were held at once.
+    const int64_t peak = static_cast<int64_t>(release == ReplayOp::kRequestRelease ? 80 * MiB : 50 * MiB);
+    CHECK(s.reserved_bytes[kAggregate].peak == peak);
+    INVARIANTS(r.allocator());
+  }
+  // Not following the recording, it is ignored.
+  Replayer free_run(1 * GiB, 0, AllocatorConfig{}, 1, false, false);
+  run(free_run, ReplayOp::kAlloc, 1, 30 * MiB, 0, 0);
+  const uintptr_t cached = free_run.allocator().segments().at(0).addr;
+  run(free_run, ReplayOp::kFree, 1, 0, 0, 0);
+  run(free_run, ReplayOp::kRequestRelease, 0, 30 * MiB, 0, cached);
+  run(free_run, ReplayOp::kAlloc, 2, 50 * MiB, 1, 0);
+  CHECK(free_run.allocator().segments().size() == 2);
+}
+
 }  // namespace
 
 std::vector<Test> replayer_tests() {
@@ -252,6 +285,7 @@ std::vector<Test> replayer_tests() {
       {"replayer_follows_recording", test_replayer_follows_recording},
       {"replayer_free_requested", test_replayer_free_requested},
       {"replayer_free_at_sync", test_replayer_free_at_sync},
+      {"replayer_request_release", test_replayer_request_release},
   };
 }
 
