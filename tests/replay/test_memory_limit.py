@@ -65,3 +65,15 @@ def test_a_configured_fraction_below_every_segment_made_implies_memory_held_by_o
     assert card_for_fraction(0.6, 1000 * MiB, LimitBounds(lo=650 * MiB, hi=700 * MiB)) == card
     # A fraction that fits what the process could hold needs no other card.
     assert card_for_fraction(0.6, 1100 * MiB, no_refusal) is None
+
+
+def test_a_map_asks_the_limit_for_its_requests_alloc_size_not_its_pages():
+    """PyTorch checks a request's alloc_size against the limit before it maps; the pages it maps may be more
+    (20 MiB pages) or fewer (a free block at the range's end covers part). A fixed segment asks its size."""
+    from types import SimpleNamespace
+
+    from torchmem.replay.snapshot_trace import _creation_needs
+
+    made = SimpleNamespace(creations=[(0, 360 * MiB, 350 * MiB + 1), (0, 20 * MiB, 100 * MiB), (0, 40 * MiB, None),
+                                      (0, 20 * MiB, 0)])
+    assert _creation_needs(made, LARGE) == [352 * MiB, 100 * MiB, 40 * MiB, 0]

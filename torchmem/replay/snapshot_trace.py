@@ -37,11 +37,12 @@ import numpy as np
 
 from torchmem import _C
 from torchmem.pytorch_env import conf_items, recorded_conf_string
-from torchmem.replay.capacity import DEFAULT_CAPACITY, card_from_spacing, card_of, expandable_capacity, segment_request
+from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_spacing, card_of, expandable_capacity,
+                                     segment_request)
 from torchmem.replay.memory_limit import LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction, infer_fraction
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
 from torchmem.replay.retries import retry_runs, unsettled_runs
-from torchmem.replay.start_state import fit_between, fix_block_sizes, rebuild_start_state
+from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
 from torchmem.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
                                   TraceError)
@@ -120,8 +121,11 @@ def recorded_conf(settings: Any) -> str | None:
 
 
 def _creation_needs(b: TracePass, lss: int) -> list[int]:
-    """What each segment made asked of the device: its size, or for a map its request's alloc_size (at least)."""
-    return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
+    """What each segment made asked of the limit check: its size, or for a map its request's alloc_size (at
+    least; 0 where no allocation followed). PyTorch checks a request's alloc_size, not the pages it maps,
+    which may be more (20 MiB pages) or less (a free block at the range's end already covers part)."""
+    return [size if request is None else segment_request(request, lss) if request else 0
+            for _, size, request in b.creations]
 
 
 def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
@@ -219,6 +223,13 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     elif expandable:
         ranges = recorded_ranges(b, start, large_segment_size(conf))
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
+        if capacity is not None and start.ranges:
+            # A start range's base lies at or below its lowest page, so the spacing may understate the card:
+            # it is at least what the recording held. Place the start ranges on that card, and read it again.
+            least = -(-peak_reserved // SMALL_PAGE) * SMALL_PAGE
+            rebase(start.ranges, b, max(capacity, least))
+            capacity = expandable_capacity(recorded_ranges(b, start, large_segment_size(conf)), DEFAULT_CAPACITY)
+            capacity = max(capacity, least) if capacity is not None else None
         if capacity is not None and capacity >= peak_reserved:
             capacity_from = "expandable"
         else:

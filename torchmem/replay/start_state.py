@@ -271,7 +271,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         group.runs.append((run.addr, run.size))
         group.blocks += run.blocks
         group.ids += run.ids
-    _lower_bases(ranges, b)
+    _lower_bases(ranges, b, capacity)
     if capacity is not None:
         fit_between(ranges, capacity)
     state.segments = [by_addr[a] for a in order if a in by_addr]
@@ -320,18 +320,33 @@ def fit_between(ranges: list[StartRange], capacity: int) -> None:
         previous_end = r.base + size
 
 
-def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
+def rebase(ranges: list[StartRange], b: TracePass, capacity: int) -> None:
+    """Places the start ranges again, now that the ranges' spacing tells the card (`capacity`): each base
+    from its lowest page mapped at the start, lowered by the trace's maps as far as a range on that card
+    reaches (_lower_bases). Without an OOM, the first placement knew no card, and took a map a whole
+    range below a start range for that range's lower pages."""
+    for r in ranges:
+        r.base = min(a for a, _ in r.runs)
+    _lower_bases(ranges, b, capacity)
+
+
+def _lower_bases(ranges: list[StartRange], b: TracePass, capacity: int | None = None) -> None:
     """Lowers each start range's base to the lowest page the trace maps in it before giving it back.
 
     A map below a live start range of its stream and pool, with no other
     range's lowest page in between, is in that range (a range maps from its
     base up, so its pages below the start's are the first ones the trace
-    maps there); a map that opens a range of its own counts as one too, and
-    a range whose last pages are unmapped is given back (its addresses may
-    serve another range later).
+    maps there), unless a range based there could not reach the range's
+    pages mapped at the start (9/8 of `capacity`, the card an OOM shows,
+    where known): then, as a map that opens a range of its own, it counts as
+    one too (a stream keeps more than one range where a request did not fit
+    the first). A range whose last pages are unmapped is given back (its
+    addresses may serve another range later): a range the trace opens below
+    it, with no live range between, lowers its base (_lower_given_back).
     """
     live = [[r.base, 0, (r.stream, r.is_small, r.pool), r] for r in ranges]  # [lowest page, -, key, StartRange or None]
     mapped = {id(x): sum(size for _, size in x[3].runs) for x in live}  # bytes mapped now
+    gone: list[StartRange] = []  # start ranges given back
     for (action, addr, size, stream), pool in zip(b.maps, b.map_pools):
         below = [x for x in live if x[0] <= addr]
         owner = max(below, key=lambda x: x[0]) if below else None
@@ -340,6 +355,8 @@ def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
                 mapped[id(owner)] = mapped.get(id(owner), 0) - size
                 if mapped[id(owner)] <= 0:
                     live.remove(owner)
+                    if isinstance(owner[3], StartRange):
+                        gone.append(owner[3])
             continue
         key = (stream, size % LARGE_PAGE != 0, pool)
         if owner is not None and owner[2] == key:
@@ -347,13 +364,33 @@ def _lower_bases(ranges: list[StartRange], b: TracePass) -> None:
             continue
         above = [x for x in live if x[0] > addr]
         nearest = min(above, key=lambda x: x[0]) if above else None
-        if nearest is not None and nearest[2] == key and isinstance(nearest[3], StartRange):
+        if nearest is not None and nearest[2] == key and isinstance(nearest[3], StartRange) \
+                and (capacity is None or _reaches(addr, nearest[3], capacity)):
             nearest[0] = nearest[3].base = addr  # the start range's pages below those mapped at the start
             mapped[id(nearest)] = mapped.get(id(nearest), 0) + size
             continue
         fresh = [addr, 0, key, None]  # a range the trace opens
         live.append(fresh)
         mapped[id(fresh)] = size
+        _lower_given_back(gone, addr, nearest[0] if nearest is not None else None, capacity)
+
+
+def _lower_given_back(gone: list[StartRange], addr: int, next_live: int | None, capacity: int | None) -> None:
+    """A range the trace opens at `addr`, below a start range given back and no live range between: the
+    driver reserves the lowest hole that fits, and the one the start range left begins at its base, so that
+    base lies at or above `addr`. The start range's base is lowered to `addr` (ranges lie side by side where
+    the driver reserves them in turn)."""
+    above = [r for r in gone if r.base > addr and (next_live is None or r.base < next_live)
+             and (capacity is None or _reaches(addr, r, capacity))]
+    if above:
+        nearest = min(above, key=lambda r: r.base)
+        nearest.base = addr
+        gone.remove(nearest)
+
+
+def _reaches(base: int, r: StartRange, capacity: int) -> bool:
+    """Whether a range based at `base` on a card of `capacity` bytes holds every page `r` mapped at the start."""
+    return max(a + n for a, n in r.runs) - base <= _range_size(capacity, r.is_small)
 
 
 def _sizes_from_later_allocs(blocks: list, order: list[int], by_addr: dict, b: TracePass,
