@@ -15,7 +15,9 @@ fraction set through the API, nor the limit; its trace bounds the limit:
   unrounded, gives a lower bound of alloc_size);
 - every OOM at which the card still had room for alloc_size (device_free,
   recorded at the failure, was at least alloc_size) failed the check:
-  limit < reserved at the OOM + alloc_size.
+  limit < reserved at the OOM + alloc_size;
+- so did every request that released the cache and retried, under its own
+  Python stack, where the card had room (refused_retries).
 
 `infer_fraction()` returns the fraction to replay with: the config's when it
 fits these bounds, else the highest that does, else none. Any fraction inside
@@ -34,6 +36,7 @@ import math
 
 from torchmem import _C
 from torchmem.replay.capacity import segment_request
+from torchmem.replay.release_runs import ALLOCATOR, ReleaseRun
 
 
 @dataclass(frozen=True)
@@ -45,22 +48,44 @@ class LimitBounds:
 
 
 def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
-           large_segment_size: int) -> LimitBounds:
+           large_segment_size: int, refusals: list[tuple[int, int]] = ()) -> LimitBounds:
     """The limit's bounds from a trace.
 
     `creations`: (reserved before, what it asked of the device) of every
     segment made (a segment's size; for a map, the alloc_size of the request
     that followed); `ooms`: (reserved at the OOM, the refused size,
-    device_free) of every OOM. Reserved bytes are absolute (start state
-    included).
+    device_free) of every OOM; `refusals`: (reserved before, what it asked)
+    of every request the limit refused before a retry made its segment
+    (refused_retries). Reserved bytes are absolute (start state included).
     """
     lo = max((reserved + need for reserved, need in creations), default=0)
-    hi = None
+    hi = min((reserved + need for reserved, need in refusals), default=None)
     for reserved, size, device_free in ooms:
         need = segment_request(size, large_segment_size)
         if device_free >= need:  # the card had room: the allocator's own limit refused
             hi = reserved + need if hi is None else min(hi, reserved + need)
     return LimitBounds(lo, hi)
+
+
+def refused_retries(runs: list[ReleaseRun], start_reserved: int, usable: int | None,
+                    collects: bool) -> list[tuple[int, int]]:
+    """(reserved before, what it asked) of each retry that only the limit can have refused.
+
+    PyTorch releases its cache inside a request (a run under the request's
+    own Python stack, release_runs.ALLOCATOR) only after a device allocation
+    failed, but for the garbage collector (`collects`: a threshold is set),
+    which releases before. Where the card had room for the request then
+    (`usable`: what the process could hold, from an OOM), the limit refused
+    it.
+    """
+    if usable is None or collects:
+        return []
+    out = []
+    for run in runs:
+        reserved = start_reserved + run.reserved_before
+        if run.origin == ALLOCATOR and run.new_segment and reserved + run.new_segment <= usable:
+            out.append((reserved, run.new_segment))
+    return out
 
 
 def limit_of(fraction: float, total: int) -> int:

@@ -25,6 +25,7 @@ class ReleaseRun(NamedTuple):
     private: bool             # a private pool's segment was among them (a pool that died)
     origin: str | None        # release_origin(): ALLOCATOR, PROGRAM, or None (no stacks recorded)
     position: int = 0         # the event position of the new segment
+    unmapped: bool = False    # some of the releases unmapped pages of an expandable range
 
 
 def python_stack(entry: dict) -> tuple | None:

@@ -39,7 +39,8 @@ from torchmem import _C
 from torchmem.pytorch_env import conf_items, recorded_conf_string
 from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_spacing, card_of, expandable_capacity,
                                      segment_request)
-from torchmem.replay.memory_limit import LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction, infer_fraction
+from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
+                                         infer_fraction, refused_retries)
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
 from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
@@ -238,16 +239,18 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         fit_between(start.ranges, capacity)  # as rebuild_start_state does with an OOM's card
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
+    retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
+                      for run in b.retry_releases]
+    collects = _C.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
+    refusals = refused_retries(retry_releases, start.reserved, capacity - held if ooms else None, collects)
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
-                    large_segment_size(conf or ""))
+                    large_segment_size(conf or ""), refusals)
     configured = conf_fraction(conf or "")
     if ooms and not held and configured is not None:
         card = card_for_fraction(configured, capacity, limits)
         if card is not None:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
-    retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
-                      for run in b.retry_releases]
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     card, card_from = card_of(capacity, capacity_from, peak_reserved)

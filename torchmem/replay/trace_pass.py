@@ -251,6 +251,7 @@ class _Builder:
         self.pending_release_streams: list[int] = []
         self.run_stream = 0                       # the stream of the segment that followed the run
         self.run_private = False                  # the run released a private pool's segment (a pool that died)
+        self.run_unmapped = False                 # the run unmapped pages of an expandable range
         self.run_reserved = 0                     # reserved_delta when the run began
         self.run_new_creation = 0                 # the creation (self.creations) of the segment that followed the run
         self.run_position = 0                     # the event position of that segment
@@ -343,11 +344,12 @@ class _Builder:
             self.retry_releases.append(ReleaseRun(self.run_reserved, self.run_new_creation,
                                                   list(self.pending_release_sizes), list(self.pending_release_streams),
                                                   self.run_stream, self.run_private, self.run_origin,
-                                                  self.run_position))
+                                                  self.run_position, self.run_unmapped))
         self.pending_release.clear()
         self.pending_release_sizes.clear()
         self.pending_release_streams.clear()
         self.run_private = False
+        self.run_unmapped = False
         self.run_origin = None
         self.segment_after_release = False
 
@@ -371,6 +373,7 @@ class _Builder:
             self.pending_release_sizes.append(entry.get("size") if isinstance(entry.get("size"), int) else 0)
             self.pending_release_streams.append(entry.get("stream") if isinstance(entry.get("stream"), int) else 0)
             self.run_private |= pool_id_field(entry.get("pool_id")) not in (None, DEFAULT_POOL)
+            self.run_unmapped |= action == "segment_unmap"
         elif action in ("segment_alloc", "segment_map"):
             if self.pending_release and not self.segment_after_release:
                 self.run_new_creation = len(self.creations)

@@ -1,0 +1,41 @@
+"""Retries and limit refusals read from runs of releases (retries.py, memory_limit.refused_retries).
+
+Hand-made runs; the native cases are tests/fakegpu/fixed/ (fraction-retry-unmap.json,
+fraction-map-request.json), run under PyTorch's allocator on the fake GPU.
+"""
+from __future__ import annotations
+
+from torchmem.replay.memory_limit import bounds, refused_retries
+from torchmem.replay.release_runs import ALLOCATOR, PROGRAM, ReleaseRun
+from torchmem.replay.retries import recorded_retries
+
+MiB, GiB = 1 << 20, 1 << 30
+CONF = "expandable_segments:True,max_split_size_mb:100"
+
+
+def _run(sizes: list[int], unmapped: bool, origin: str | None = ALLOCATOR, before: int = GiB,
+         new: int = 300 * MiB) -> ReleaseRun:
+    return ReleaseRun(before, new, sizes, [7] * len(sizes), 7, False, origin, 0, unmapped)
+
+
+def test_a_run_that_unmaps_is_a_retry_even_of_oversize_pages():
+    """max_split_size_mb's second step releases whole fixed segments only: an unmap is the full release's."""
+    run = _run([320 * MiB], unmapped=True)
+    assert recorded_retries([run], CONF, 0, 4 * GiB) == [run]
+
+
+def test_a_run_of_oversize_fixed_segments_under_expandable_settings_is_the_second_step():
+    """A private pool's fixed segments, released by the second step, which counts no retry."""
+    assert recorded_retries([_run([320 * MiB], unmapped=False)], CONF, 0, 4 * GiB) == []
+
+
+def test_a_retry_where_the_card_had_room_bounds_the_limit():
+    runs = [_run([320 * MiB], True, before=GiB, new=300 * MiB),
+            _run([320 * MiB], True, before=GiB, new=4 * GiB),            # no room on the card: it refused
+            _run([320 * MiB], True, PROGRAM, before=GiB // 2, new=MiB)]  # the program's empty_cache()
+    refusals = refused_retries(runs, 100 * MiB, 3 * GiB, collects=False)
+    assert refusals == [(GiB + 100 * MiB, 300 * MiB)]
+    assert bounds([(0, GiB)], [], 20 * MiB, refusals).hi == GiB + 400 * MiB
+    # The garbage collector releases before a refusal; with no OOM the card is unknown: no bound.
+    assert refused_retries(runs, 100 * MiB, 3 * GiB, collects=True) == []
+    assert refused_retries(runs, 100 * MiB, None, collects=False) == []
