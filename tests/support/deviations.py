@@ -94,11 +94,10 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "fraction-limit",
         "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction) with "
         "expandable_segments:True. The replay infers the fraction from the trace's refusals "
-        "(torchmem/replay/memory_limit.py) and replays them, and with fixed segments it is exact; with expandable"
-        " segments, where the garbage collector or a retry unmaps pages of a range that existed when recording "
-        "began (a run recorded mid-way), the replay unmaps other pages, or none, and what follows differs; and "
-        "in some runs from the start (the reproducer: three streams, garbage_collection_threshold) the replay "
-        "infers no fraction and maps what PyTorch refused.",
+        "(torchmem/replay/memory_limit.py): OOMs where the card had room, and retries under the request's own "
+        "stack where it had. Where the trace holds neither (the reproducer: one OOM over the card's memory, a "
+        "fraction set through the API), none is inferred, and after an empty_cache() a range is reserved "
+        "elsewhere than PyTorch's; the cause is not traced yet.",
         lambda w, p: (bool(w.fraction) or _conf_has(w, "per_process_memory_fraction"))
         and _conf_has(w, "expandable_segments:True"),
     ),
