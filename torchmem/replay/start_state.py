@@ -337,8 +337,8 @@ def _lower_bases(ranges: list[StartRange], b: TracePass, capacity: int | None = 
     range's lowest page in between, is in that range (a range maps from its
     base up, so its pages below the start's are the first ones the trace
     maps there), unless a range based there could not reach the range's
-    pages mapped at the start (9/8 of `capacity`, the card an OOM shows,
-    where known): then, as a map that opens a range of its own, it counts as
+    pages mapped at the start (9/8 of `capacity`, the card, where an OOM or
+    the ranges' spacing tells it: rebase): then, as a map that opens a range of its own, it counts as
     one too (a stream keeps more than one range where a request did not fit
     the first). A range whose last pages are unmapped is given back (its
     addresses may serve another range later): a range the trace opens below
