@@ -21,8 +21,10 @@ PyTorch made.
   sizes that reach the request's only with the last) is taken as the second
   step (no retry); any other run was the third. The second step never
   unmaps an expandable range's pages (release_available_cached_blocks skips
-  them), so a run that unmaps is the third; with expandable segments, a run
-  of oversize fixed segments alone (a private pool's) is taken as the second.
+  them), so a run that unmaps under the request's own stack is the third.
+  Without stacks, a run that unmaps oversize pages only is taken as no
+  retry; with expandable segments, a run of oversize fixed segments alone
+  (a private pool's) is taken as the second step.
 - Where the trace records Python stacks (PyTorch's default, context="all"),
   a run under the stack of the request that made the new segment was the
   allocator's, and any other stack is the program's (empty_cache(), a pool
@@ -136,8 +138,13 @@ def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
     """Whether release_available_cached_blocks alone made this run (see the module's docstring)."""
     if run.new_segment == _C.rules.SMALL_BUFFER:
         return False  # it searches the request's pool, and the small pool has no block of max_split_size
-    if run.unmapped or any(size < max_split for size in run.sizes):
-        return False  # the second step releases whole fixed segments of max_split_size or more only
+    if any(size < max_split for size in run.sizes):
+        return False
+    if run.unmapped:
+        # The second step releases whole fixed segments only: under the request's own stack an unmap was the
+        # full release. Without stacks such a run is taken as the program's empty_cache(), the guess the
+        # oracle finds right more often; the snapshot cannot tell (retry-count).
+        return run.origin is None
     if expandable:
         return True
     if any(stream != run.stream for stream in run.streams):

@@ -129,6 +129,12 @@ def _creation_needs(b: TracePass, lss: int) -> list[int]:
             for _, size, request in b.creations]
 
 
+def _device_needs(b: TracePass, lss: int) -> list[int]:
+    """What each segment made asked of the device or the limit, whichever is more: its size, or for a map the
+    pages it maps or its request's alloc_size (retries.py: a retry where either would have refused)."""
+    return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
+
+
 def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
                    ooms: list[dict]) -> tuple[str | None, str, int | None]:
     """The recorded config with the memory fraction the trace shows (memory_limit.py), where it comes from,
@@ -239,10 +245,13 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         fit_between(start.ranges, capacity)  # as rebuild_start_state does with an OOM's card
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
-    retry_releases = [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
-                      for run in b.retry_releases]
     collects = _C.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
-    refusals = refused_retries(retry_releases, start.reserved, capacity - held if ooms else None, collects)
+    refusals = refused_retries([run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
+                                for run in b.retry_releases], start.reserved, capacity - held if ooms else None,
+                               collects)
+    device_needs = _device_needs(b, large_segment_size(conf or ""))
+    retry_releases = [run._replace(new_segment=device_needs[run.new_segment] if run.new_segment < len(needs) else 0)
+                      for run in b.retry_releases]
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
                     large_segment_size(conf or ""), refusals)
     configured = conf_fraction(conf or "")
@@ -254,7 +263,9 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
-    retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card, card_from == "oom",
+    # The ranges' spacing tells the card to within a large page, as an OOM does (capacity.py).
+    retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card,
+                         card_from in ("oom", "expandable"),
                          fraction_from == "inferred", limit_low, held)
     inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
     inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]

@@ -376,16 +376,16 @@ def _lower_bases(ranges: list[StartRange], b: TracePass, capacity: int | None = 
 
 
 def _lower_given_back(gone: list[StartRange], addr: int, next_live: int | None, capacity: int | None) -> None:
-    """A range the trace opens at `addr`, below a start range given back and no live range between: the
-    driver reserves the lowest hole that fits, and the one the start range left begins at its base, so that
-    base lies at or above `addr`. The start range's base is lowered to `addr` (ranges lie side by side where
-    the driver reserves them in turn)."""
+    """The first range the trace opens after start ranges were given back, at `addr`: below one of them, with
+    no live range between, it took the hole that start range left (the driver reserves the lowest hole that
+    fits), so that range's base lies at or above `addr`, and is lowered to it (ranges lie side by side where
+    the driver reserves them in turn). Later ranges may have taken other holes: they lower none."""
     above = [r for r in gone if r.base > addr and (next_live is None or r.base < next_live)
+             and (r.base - addr) % (SMALL_PAGE if r.is_small else LARGE_PAGE) == 0  # its pages on its grid
              and (capacity is None or _reaches(addr, r, capacity))]
     if above:
-        nearest = min(above, key=lambda r: r.base)
-        nearest.base = addr
-        gone.remove(nearest)
+        min(above, key=lambda r: r.base).base = addr
+    gone.clear()  # the holes left so far were there for this range: a later one tells less
 
 
 def _reaches(base: int, r: StartRange, capacity: int) -> bool:

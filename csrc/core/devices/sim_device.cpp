@@ -42,6 +42,12 @@ bool SimDevice::overlaps_live(uintptr_t addr, size_t size) const {
 uintptr_t SimDevice::take_addresses(size_t size, bool reserving) {
   const size_t want = reserving ? 0 : size;
   auto offer = std::find_if(offers_.begin(), offers_.end(), [&](const Offer& o) { return (o.size == 0) == reserving; });
+  if (reserving) {  // a range takes the first base offered that is free for it
+    auto free_base = std::find_if(offer, offers_.end(), [&](const Offer& o) {
+      return o.size == 0 && !overlaps_live(o.addr, size);
+    });
+    if (free_base != offers_.end()) offer = free_base;
+  }
   if (offer != offers_.end()) {
     if (offer->size == want && !overlaps_live(offer->addr, size)) {
       const uintptr_t addr = offer->addr;

@@ -14,7 +14,8 @@
 //   addr lies in a live range, unless `while_live`: a range the next request
 //   may give back before it reserves). A call takes the first
 //   queued offer of its kind when the size matches and the range overlaps no
-//   live range; otherwise it takes a fresh range. Offers never expire by
+//   live range (a reserve() the first such base of all those queued);
+//   otherwise it takes a fresh range. Offers never expire by
 //   themselves: take_unused_offers() drops them and says how many were left.
 // - adopt(addr, size) takes a segment at exactly `addr` (a segment that
 //   existed before the replay began); false when it overlaps a live range or

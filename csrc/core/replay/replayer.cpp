@@ -18,7 +18,7 @@ Replayer::Replayer(size_t capacity, size_t in_use_by_others, const AllocatorConf
   native_ = allocator_->recorded_segments();
   if (!native_) follow_recording_ = false;  // no segments to follow
   pools_.push_back(Pool{ReplayPoolId{0, 0}, allocator_, native_});
-  allocator_->set_pending_free_waiter([this] { return take_sync_frees(); });
+  allocator_->set_pending_free_waiter([this] { return take_sync_frees(allocator_.get()); });
 }
 
 // ---------------------------------------------------------------- private pools
@@ -35,6 +35,8 @@ void Replayer::enter_pool(uint64_t index, ReplayPoolId id) {
     // (id (0, n)) allocates under use_mem_pool, where torch 2.14 still releases and retries (seen on the
     // fake GPU: tests/fakegpu/fixed/mempool-oom-retry.json).
     made->set_releases_blocked(id.first != 0 || id.second == 0);
+    DeviceAllocator* raw = made.get();
+    made->set_pending_free_waiter([this, raw] { return take_sync_frees(raw); });
     if (history_entries_) made->enable_history(history_entries_);
     auto* native = made->recorded_segments();
     pools_.push_back(Pool{id, std::move(made), native});
@@ -71,21 +73,22 @@ void Replayer::request_free(uint64_t id) {
   requested_.insert(id);
 }
 
-std::vector<void*> Replayer::take_sync_frees() {
-  std::vector<void*> ptrs;
-  std::vector<uint64_t> kept;  // private pools' blocks: their allocators make no full release
+std::vector<void*> Replayer::take_sync_frees(const DeviceAllocator* caller) {
+  std::vector<void*> ptrs;  // the caller's own: it completes them under its lock
   for (uint64_t id : sync_frees_) {
     auto it = live_.find(id);
     if (it == live_.end()) continue;
-    if (&owner_of(it->second) != allocator_.get()) {
-      kept.push_back(id);
-      continue;
+    DeviceAllocator& owner = owner_of(it->second);
+    if (&owner == caller) {
+      ptrs.push_back(it->second);
+      if (&owner != allocator_.get()) pool_blocks_.erase(it->second);
+    } else {
+      free_block(it->second, true);  // another pool's block: PyTorch waits for every pool's events
     }
-    ptrs.push_back(it->second);
     requested_.erase(id);
     live_.erase(it);
   }
-  sync_frees_ = std::move(kept);
+  sync_frees_.clear();
   return ptrs;
 }
 

@@ -227,7 +227,9 @@ class Replayer {
   DeviceAllocator& owner_of(void* ptr);  // the pool allocator that made the live block at ptr
   void free_block(void* ptr, bool requested);
   void request_free(uint64_t id);
-  std::vector<void*> take_sync_frees();  // the default pool's kFreeAtSync blocks, forgotten here
+  // The kFreeAtSync blocks, forgotten here, at `caller`'s full release: those of other pools freed now, the
+  // caller's returned for it to complete.
+  std::vector<void*> take_sync_frees(const DeviceAllocator* caller);
   void complete_sync_frees();            // those the last request's release did not complete
   void make_request_releases();          // the kRequestRelease releases the last request did not make
   bool release_segment(uintptr_t addr);
