@@ -42,6 +42,7 @@ from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_sp
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
                                          infer_fraction, refused_retries)
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
+from torchmem.replay.release_runs import ReleaseRun
 from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
@@ -133,6 +134,11 @@ def _device_needs(b: TracePass, lss: int) -> list[int]:
     """What each segment made asked of the device or the limit, whichever is more: its size, or for a map the
     pages it maps or its request's alloc_size (retries.py: a retry where either would have refused)."""
     return [size if request is None else max(size, segment_request(request, lss)) for _, size, request in b.creations]
+
+
+def _asking(runs: tuple[ReleaseRun, ...], needs: list[int]) -> list[ReleaseRun]:
+    """The runs with each new segment's creation index replaced by what it asked (`needs`; 0: unknown)."""
+    return [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0) for run in runs]
 
 
 def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
@@ -246,12 +252,9 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
     collects = _C.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
-    refusals = refused_retries([run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0)
-                                for run in b.retry_releases], start.reserved, capacity - held if ooms else None,
-                               collects)
-    device_needs = _device_needs(b, large_segment_size(conf or ""))
-    retry_releases = [run._replace(new_segment=device_needs[run.new_segment] if run.new_segment < len(needs) else 0)
-                      for run in b.retry_releases]
+    refusals = refused_retries(_asking(b.retry_releases, needs), start.reserved,
+                               capacity - held if ooms else None, collects)
+    retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
                     large_segment_size(conf or ""), refusals)
     configured = conf_fraction(conf or "")

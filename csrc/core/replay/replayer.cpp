@@ -92,16 +92,6 @@ std::vector<void*> Replayer::take_sync_frees(const DeviceAllocator* caller) {
   return ptrs;
 }
 
-void Replayer::complete_sync_frees() {
-  for (uint64_t id : sync_frees_) {
-    auto it = live_.find(id);
-    if (it == live_.end()) continue;
-    free_block(it->second, requested_.erase(id) > 0);
-    live_.erase(it);
-  }
-  sync_frees_.clear();
-}
-
 void Replayer::make_request_releases() {
   for (uintptr_t addr : request_releases_) {
     if (release_segment(addr)) ++fidelity_.releases_made;  // else the request's own release made it
@@ -345,7 +335,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
           continue;
         }
         allocate(id, sizes[i], streams[i], addrs ? addrs[i] : 0, op);
-        if (!sync_frees_.empty()) complete_sync_frees();
+        if (!sync_frees_.empty()) take_sync_frees(nullptr);  // no full release made them: after the request
         if (!request_releases_.empty()) make_request_releases();
         if (oom_) return i;
         break;

@@ -228,9 +228,8 @@ class Replayer {
   void free_block(void* ptr, bool requested);
   void request_free(uint64_t id);
   // The kFreeAtSync blocks, forgotten here, at `caller`'s full release: those of other pools freed now, the
-  // caller's returned for it to complete.
+  // caller's returned for it to complete (caller null: every one freed now).
   std::vector<void*> take_sync_frees(const DeviceAllocator* caller);
-  void complete_sync_frees();            // those the last request's release did not complete
   void make_request_releases();          // the kRequestRelease releases the last request did not make
   bool release_segment(uintptr_t addr);
   void track_pool_peaks();
