@@ -149,7 +149,16 @@ def release_kept_ranges(streams: list) -> None:
                 seen.add(addr)
 
 
-def reset(streams: list, control: Control) -> None:
+def reset(streams: list, control: Control, restore_fraction: bool = False) -> None:
+    """Brings the process back to its state at start-up; restore_fraction: the workload set its own fraction.
+
+    torch 2.9 and earlier take any set_per_process_memory_fraction() call, 1.0
+    included, as a limit: a request over it is refused before an expandable
+    range is reserved, and garbage_collection_threshold acts. Torch 2.10 and
+    later take 1.0 as no limit (checked on the fake GPU: 2.6.0 and 2.9.1
+    against 2.10.0 and 2.14.1). So the fraction is set back only where a
+    workload changed it; fraction workloads run in groups of their own (run_native).
+    """
     for s in streams[1:]:
         control.hold(s, False)
     control.complete_all()
@@ -157,7 +166,8 @@ def reset(streams: list, control: Control) -> None:
     torch.cuda.memory._record_memory_history(enabled=None)
     torch.cuda.empty_cache()
     release_kept_ranges(streams)
-    torch.cuda.set_per_process_memory_fraction(configured_fraction())  # the setting's own, as at start-up
+    if restore_fraction:
+        torch.cuda.set_per_process_memory_fraction(configured_fraction())  # the setting's own, as at start-up
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.reset_accumulated_memory_stats()
 
@@ -178,7 +188,7 @@ def run_group(workloads: list[dict], out: str) -> None:
             pickle.dump(snapshot, f)
         with open(os.path.join(out, f"{index}.json"), "w") as f:
             json.dump(report, f)
-        reset(streams, control)
+        reset(streams, control, restore_fraction=bool(workload.get("fraction")))
 
 
 # Note [One import of torch for every setting]
