@@ -134,24 +134,7 @@ DEVIATIONS: tuple[Deviation, ...] = (
         and bool(_stat_keys(" ".join(p)) & {"num_alloc_retries", "num_device_alloc", "num_device_free",
                                              "reserved_bytes.all.peak"}),
     ),
-    Deviation(
-        "sync-free-before-retry",
-        "record_stream: PyTorch completes a free that waits on another stream at a request's start, or inside "
-        "its full release (synchronize_and_free_events), after its search of the cache missed. Before a retry "
-        "that makes a new segment, the trace writes such a free before the releases, as it writes one "
-        "completed at the start. The replay frees it there, and the request takes the block where PyTorch made a "
-        "new segment. Before an OOM the replay completes it at its own release (Note [Frees completed at a "
-        "release], torchmem/replay/sync_frees.py); before a retry, a replay that follows the recording makes "
-        "the releases before the request, so the free would come after them in its trace.",
-        lambda w, p: any(op[0] == "u" for op in w.ops) and _took_a_block_for_a_new_segment(p),
-    ),
 )
-
-
-def _took_a_block_for_a_new_segment(problems: list[str]) -> bool:
-    """Whether the trace first differs where PyTorch made a new segment and the replay allocated from its cache."""
-    return any(re.match(r"trace differs at entry \d+ of \d+: native \('segment_(alloc|map)'.*, replay \('alloc'", p)
-               for p in problems)
 
 
 def proved() -> set[str]:

@@ -52,7 +52,11 @@ PyTorch made.
 
 snapshot_trace.py places a RECORDED_RETRY event before the new segment of
 each run taken as a retry; the replayer counts those that it reaches when it
-follows the recording (kRecordedRetry, csrc/core/replay/replayer.h).
+follows the recording (kRecordedRetry, csrc/core/replay/replayer.h). PyTorch
+searched its cache before the releases, so the request after the event skips
+its search: a release can leave a block that the request would take (the
+partial pages left at the ends of an unmapped oversize block, or a free
+completed inside the release).
 """
 from __future__ import annotations
 

@@ -286,6 +286,8 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   const size_t taken_before = device_->offers_taken();
   void* ptr = nullptr;
   DeviceAllocator& into = *pools_[current_].allocator;
+  if (search_missed_ && pools_[current_].native) pools_[current_].native->skip_next_search();
+  search_missed_ = false;
   try {
     ptr = into.allocate(size, stream);
   } catch (const OutOfMemory& e) {
@@ -379,7 +381,10 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         }
         break;
       case ReplayOp::kRecordedRetry:
-        if (follow_recording_) ++recorded_retries_;
+        if (follow_recording_) {
+          ++recorded_retries_;
+          search_missed_ = true;
+        }
         break;
       case ReplayOp::kRangeOffer:
         if (follow_recording_ && addrs && addrs[i]) {

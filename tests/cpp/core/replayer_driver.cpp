@@ -277,6 +277,35 @@ void test_replayer_request_release() {
   CHECK(free_run.allocator().segments().size() == 2);
 }
 
+
+// kRecordedRetry: PyTorch searched its cache before the retry's releases, which
+// a replay following the recording makes ahead of the request; so the next
+// request skips its search and makes a new segment. Only that one request.
+void test_replayer_recorded_retry() {
+  auto run = [](Replayer& r, ReplayOp op, uint64_t id, uint64_t size) {
+    const uint8_t o = static_cast<uint8_t>(op);
+    const uint64_t stream = 0;
+    return r.run(&o, &id, &size, &stream, nullptr, 1);
+  };
+  for (bool follow : {true, false}) {
+    Replayer r(200 * MiB, 0, AllocatorConfig{}, 1, false, follow);
+    // One 90 MiB segment split into block 1 (60 MiB, freed) and block 4 (30 MiB).
+    run(r, ReplayOp::kAlloc, 0, 90 * MiB);
+    run(r, ReplayOp::kFree, 0, 0);
+    run(r, ReplayOp::kAlloc, 1, 60 * MiB);
+    run(r, ReplayOp::kAlloc, 4, 30 * MiB);
+    run(r, ReplayOp::kFree, 1, 0);
+    run(r, ReplayOp::kRecordedRetry, 0, 0);
+    run(r, ReplayOp::kAlloc, 3, 20 * MiB);
+    // Following the recording: a new segment, and the retry counted; else block 1's space.
+    CHECK(r.allocator().segments().size() == (follow ? 2u : 1u));
+    CHECK(r.stats().num_alloc_retries == (follow ? 1 : 0));
+    run(r, ReplayOp::kAlloc, 5, 20 * MiB);  // the next request searches again: block 1's space
+    CHECK(r.allocator().segments().size() == (follow ? 2u : 1u));
+    INVARIANTS(r.allocator());
+  }
+}
+
 }  // namespace
 
 std::vector<Test> replayer_tests() {
@@ -286,6 +315,7 @@ std::vector<Test> replayer_tests() {
       {"replayer_free_requested", test_replayer_free_requested},
       {"replayer_free_at_sync", test_replayer_free_at_sync},
       {"replayer_request_release", test_replayer_request_release},
+      {"replayer_recorded_retry", test_replayer_recorded_retry},
   };
 }
 

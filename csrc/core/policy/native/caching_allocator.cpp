@@ -109,11 +109,12 @@ inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Str
 
 // The hot path (inline): a cached block. allocate_on_miss() does the rest.
 TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::allocate_locked(Request& r) {
-  Block* block = r.pool ? find_free_block(r) : nullptr;
+  Block* block = r.pool && !skip_search_ ? find_free_block(r) : nullptr;
   return block ? block : allocate_on_miss(r);
 }
 
 Block* CachingAllocator::allocate_on_miss(Request& r) {
+  skip_search_ = false;
   if (r.pool == nullptr) return nullptr;
   if (trigger_free_memory_callbacks()) {
     if (Block* block = find_free_block(r)) return block;
