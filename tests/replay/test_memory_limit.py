@@ -77,3 +77,14 @@ def test_a_map_asks_the_limit_for_its_requests_alloc_size_not_its_pages():
     made = SimpleNamespace(creations=[(0, 360 * MiB, 350 * MiB + 1), (0, 20 * MiB, 100 * MiB), (0, 40 * MiB, None),
                                       (0, 20 * MiB, 0)])
     assert _creation_needs(made, LARGE) == [352 * MiB, 100 * MiB, 40 * MiB, 0]
+
+
+def test_with_expandable_segments_an_oom_tells_only_where_the_card_had_room_for_whole_pages():
+    # 12 MiB asks for 12 MiB, but a map takes a 20 MiB page: with 12 MiB free the card itself refused.
+    oom = [(1006 * MiB, 12 * MiB, 12 * MiB)]
+    assert bounds([], oom, LARGE).hi == 1018 * MiB
+    assert bounds([], oom, LARGE, maps_pages=True).hi is None
+    # With room for the page, the limit refused.
+    assert bounds([], [(1006 * MiB, 12 * MiB, 20 * MiB)], LARGE, maps_pages=True).hi == 1018 * MiB
+    # A small request maps a 2 MiB page: 512 KiB asks for 2 MiB.
+    assert bounds([], [(100 * MiB, 512 << 10, 2 * MiB)], LARGE, maps_pages=True).hi == 102 * MiB

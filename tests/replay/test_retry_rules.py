@@ -47,3 +47,38 @@ def test_without_stacks_a_run_that_unmaps_oversize_pages_is_taken_as_no_retry():
     # Pages under max_split_size among them: not the second step's, so a retry where no room was left.
     small = _run([320 * MiB, 20 * MiB], unmapped=True, origin=None)
     assert recorded_retries([small], CONF, 0, 1 * GiB) == [small]
+
+
+def _framed(entry: dict, line: int) -> dict:
+    return dict(entry, frames=[{"filename": "train.py", "line": line, "name": "step"}])
+
+
+def _retry_runs(trace: list[dict]) -> list[ReleaseRun]:
+    from torchmem.replay.trace_pass import BadEntries, run_pass
+
+    return list(run_pass(trace, BadEntries("trace", 0, skip=False)).retry_releases)
+
+
+def test_a_run_under_the_next_allocations_own_stack_is_its_retry_even_without_a_new_segment():
+    """With expandable segments a retry may map nothing: its full release completed a free that left a
+    block before unmapped space of its range (find_expandable_block). Under another stack it is the program's."""
+    base = 0x7F0000000000
+    start = [_framed({"action": "segment_map", "addr": base, "size": 100 * MiB, "stream": 0}, 1),
+             _framed({"action": "alloc", "addr": base, "size": 60 * MiB, "stream": 0}, 1),
+             _framed({"action": "alloc", "addr": base + 60 * MiB, "size": 30 * MiB, "stream": 0}, 1),
+             _framed({"action": "free_completed", "addr": base + 60 * MiB, "size": 30 * MiB, "stream": 0}, 2)]
+
+    def then(release_line: int) -> list[dict]:
+        return start + [_framed({"action": "segment_unmap", "addr": base + 80 * MiB, "size": 20 * MiB, "stream": 0},
+                                release_line),
+                        _framed({"action": "alloc", "addr": base + 60 * MiB, "size": 20 * MiB, "stream": 0}, 3)]
+
+    runs = _retry_runs(then(3))
+    assert [(run.origin, run.new_segment, run.position) for run in runs] == [(ALLOCATOR, -1, 5)]
+    assert recorded_retries(_asking_nothing(runs), CONF, 0, GiB) == _asking_nothing(runs)
+    assert _retry_runs(then(9)) == []  # the program's empty_cache(): no retry
+
+
+def _asking_nothing(runs: list[ReleaseRun]) -> list[ReleaseRun]:
+    """As snapshot_trace._asking gives such a run: it asked nothing of the device."""
+    return [run._replace(new_segment=0) for run in runs]

@@ -15,7 +15,10 @@ fraction set through the API, nor the limit; its trace bounds the limit:
   unrounded, gives a lower bound of alloc_size);
 - every OOM at which the card still had room for alloc_size (device_free,
   recorded at the failure, was at least alloc_size) failed the check:
-  limit < reserved at the OOM + alloc_size;
+  limit < reserved at the OOM + alloc_size; with expandable segments the
+  device is asked for whole pages, up to alloc_size rounded up to the page,
+  so only an OOM with room for those tells (a 12 MiB request on a card with
+  12 MiB free needs a 20 MiB page, and the card refused it);
 - so did every request that released the cache and retried, under its own
   Python stack, where the card had room (refused_retries).
 
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 import math
 
 from torchmem import _C
-from torchmem.replay.capacity import segment_request
+from torchmem.replay.capacity import SMALL_PAGE, segment_request
 from torchmem.replay.release_runs import ALLOCATOR, ReleaseRun
 
 
@@ -48,7 +51,7 @@ class LimitBounds:
 
 
 def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
-           large_segment_size: int, refusals: list[tuple[int, int]] = ()) -> LimitBounds:
+           large_segment_size: int, refusals: list[tuple[int, int]] = (), maps_pages: bool = False) -> LimitBounds:
     """The limit's bounds from a trace.
 
     `creations`: (reserved before, what it asked of the device) of every
@@ -56,13 +59,16 @@ def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
     that followed); `ooms`: (reserved at the OOM, the refused size,
     device_free) of every OOM; `refusals`: (reserved before, what it asked)
     of every request the limit refused before a retry made its segment
-    (refused_retries). Reserved bytes are absolute (start state included).
+    (refused_retries); `maps_pages`: expandable segments, whose maps take
+    whole pages. Reserved bytes are absolute (start state included).
     """
     lo = max((reserved + need for reserved, need in creations), default=0)
     hi = min((reserved + need for reserved, need in refusals), default=None)
     for reserved, size, device_free in ooms:
         need = segment_request(size, large_segment_size)
-        if device_free >= need:  # the card had room: the allocator's own limit refused
+        page = SMALL_PAGE if size <= _C.rules.SMALL_SIZE else large_segment_size
+        device_need = -(-need // page) * page if maps_pages else need
+        if device_free >= device_need:  # the card had room: the allocator's own limit refused
             hi = reserved + need if hi is None else min(hi, reserved + need)
     return LimitBounds(lo, hi)
 

@@ -14,6 +14,9 @@ from typing import NamedTuple
 ALLOCATOR, PROGRAM = "allocator", "program"
 
 
+NO_SEGMENT = -1  # a run's new segment in the trace pass where its retry made none (TracePass.retry_without_segment)
+
+
 class ReleaseRun(NamedTuple):
     """One run of releases that a new segment followed."""
 
@@ -24,7 +27,7 @@ class ReleaseRun(NamedTuple):
     stream: int               # the new segment's stream
     private: bool             # a private pool's segment was among them (a pool that died)
     origin: str | None        # release_origin(): ALLOCATOR, PROGRAM, or None (no stacks recorded)
-    position: int = 0         # the event position of the new segment
+    position: int = 0         # the event position of the new segment (of the allocation, where it made none)
     unmapped: bool = False    # some of the releases unmapped pages of an expandable range
 
 

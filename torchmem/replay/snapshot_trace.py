@@ -138,7 +138,7 @@ def _device_needs(b: TracePass, lss: int) -> list[int]:
 
 def _asking(runs: tuple[ReleaseRun, ...], needs: list[int]) -> list[ReleaseRun]:
     """The runs with each new segment's creation index replaced by what it asked (`needs`; 0: unknown)."""
-    return [run._replace(new_segment=needs[run.new_segment] if run.new_segment < len(needs) else 0) for run in runs]
+    return [run._replace(new_segment=needs[run.new_segment] if 0 <= run.new_segment < len(needs) else 0) for run in runs]
 
 
 def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
@@ -256,7 +256,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                                capacity - held if ooms else None, collects)
     retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
-                    large_segment_size(conf or ""), refusals)
+                    large_segment_size(conf or ""), refusals, maps_pages=expandable)
     configured = conf_fraction(conf or "")
     if ooms and not held and configured is not None:
         card = card_for_fraction(configured, capacity, limits)

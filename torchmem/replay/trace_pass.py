@@ -32,7 +32,7 @@ from typing import Any, Mapping, NamedTuple
 
 from torchmem import _C
 from torchmem.replay.entries import int_field
-from torchmem.replay.release_runs import PROGRAM, ReleaseRun, python_stack, release_origin
+from torchmem.replay.release_runs import ALLOCATOR, NO_SEGMENT, PROGRAM, ReleaseRun, python_stack, release_origin
 from torchmem.replay.sync_frees import SyncFrees
 from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED, POOL,
                                   RELEASE_SEGMENT, SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC,
@@ -322,6 +322,17 @@ class _Builder:
         return (action == free_action and bool(self.pending_release) and not self.segment_after_release
                 and self.run_stack is not None and python_stack(entry) == self.run_stack)
 
+    def retry_without_segment(self, entry: dict) -> bool:
+        """An allocation right after a run of releases under its own stack, with no new segment between.
+
+        With expandable segments a request's retry may need no map: the frees
+        its full release completed left a free block before unmapped space of
+        its range, enough for the request (find_expandable_block). The run is
+        the request's retry all the same (only where stacks are recorded).
+        """
+        return (bool(self.pending_release) and not self.segment_after_release and self.run_stack is not None
+                and python_stack(entry) == self.run_stack)
+
     def new_id(self) -> int:
         self.next_id += 1
         return self.next_id - 1
@@ -383,6 +394,10 @@ class _Builder:
             self.segment_after_release = bool(self.pending_release)
         elif action != "snapshot" and not (action.startswith("free") and action != free_action) \
                 and not self.inside_release(entry, action, free_action):
+            if action == "alloc" and self.retry_without_segment(entry):
+                self.run_new_creation, self.run_position, self.run_origin = NO_SEGMENT, len(self.cols.ops), ALLOCATOR
+                self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
+                self.segment_after_release = True
             self.settle_release(action)
         try:
             self.dispatch(i, entry, action, free_action)

@@ -286,11 +286,18 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   const size_t taken_before = device_->offers_taken();
   void* ptr = nullptr;
   DeviceAllocator& into = *pools_[current_].allocator;
-  if (search_missed_ && pools_[current_].native) pools_[current_].native->skip_next_search();
+  const bool retried = search_missed_;
+  if (retried && pools_[current_].native) pools_[current_].native->skip_next_search();
   search_missed_ = false;
+  const int64_t retries_before = into.stats_ref().num_alloc_retries;
+  auto count_recorded_retry = [&] {  // unless the request retried itself (its own full release)
+    if (retried && into.stats_ref().num_alloc_retries == retries_before) ++recorded_retries_;
+  };
   try {
     ptr = into.allocate(size, stream);
+    count_recorded_retry();
   } catch (const OutOfMemory& e) {
+    count_recorded_retry();
     fidelity_.segments_followed += device_->offers_taken() - taken_before;
     settle_offers();
     ReplayOom oom{events_, e.info(), e.what(), failed_on_gpu};
@@ -381,10 +388,7 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         }
         break;
       case ReplayOp::kRecordedRetry:
-        if (follow_recording_) {
-          ++recorded_retries_;
-          search_missed_ = true;
-        }
+        if (follow_recording_) search_missed_ = true;
         break;
       case ReplayOp::kRangeOffer:
         if (follow_recording_ && addrs && addrs[i]) {

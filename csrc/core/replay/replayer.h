@@ -44,7 +44,8 @@
 //                   from a run of releases before a new segment): a replay
 //                   that follows the recording makes those releases itself
 //                   and never fails first, so it counts the retry in
-//                   num_alloc_retries here, and the next request skips the
+//                   num_alloc_retries (unless the next request retried
+//                   itself, after kRequestRelease), and the next request skips the
 //                   search that PyTorch made before those releases
 //                   (RecordedSegments::skip_next_search); others ignore it
 //   kFreeAtSync     the recording completed the requested free of `id`
@@ -271,7 +272,7 @@ class Replayer {
   bool follow_recording_;
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
-  int64_t recorded_retries_ = 0;       // kRecordedRetry events met, following the recording
+  int64_t recorded_retries_ = 0;       // kRecordedRetry events whose request made no retry of its own
   bool search_missed_ = false;         // a kRecordedRetry met: the next request skips its search
   bool segments_restored_ = false;     // restore() made a start segment: only then can a start-age tie arise
   uint64_t age_guesses_ = 0;           // every pool's start-age guesses (note_age_guesses)

@@ -304,6 +304,14 @@ void test_replayer_recorded_retry() {
     CHECK(r.allocator().segments().size() == (follow ? 2u : 1u));
     INVARIANTS(r.allocator());
   }
+  // A request that makes its own full release counts its retry once: the device refuses a second
+  // 60 MiB segment until the one cached on stream 1 goes back.
+  Replayer own(100 * MiB, 0, AllocatorConfig{}, 1, false, true);
+  const uint8_t ops[] = {0, 1, static_cast<uint8_t>(ReplayOp::kRecordedRetry), 0};
+  const uint64_t ids[] = {1, 1, 0, 2}, sizes[] = {60 * MiB, 0, 0, 60 * MiB}, streams[] = {1, 1, 0, 0};
+  CHECK(own.run(ops, ids, sizes, streams, nullptr, 4) == 4);
+  CHECK(own.stats().num_alloc_retries == 1 && own.allocator().segments().size() == 1);
+  INVARIANTS(own.allocator());
 }
 
 }  // namespace
