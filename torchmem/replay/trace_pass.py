@@ -319,8 +319,7 @@ class _Builder:
         """A free that completes in the middle of a run of releases, under the run's own stack: PyTorch's
         full release first completes the frees that wait on events (synchronize_and_free_events), so the
         run goes on past it. Only where stacks are recorded (without them it may be the program's)."""
-        return (action == free_action and bool(self.pending_release) and not self.segment_after_release
-                and self.run_stack is not None and python_stack(entry) == self.run_stack)
+        return action == free_action and self.under_run_stack(entry)
 
     def retry_without_segment(self, entry: dict) -> bool:
         """An allocation right after a run of releases under its own stack, with no new segment between.
@@ -330,6 +329,10 @@ class _Builder:
         its range, enough for the request (find_expandable_block). The run is
         the request's retry all the same (only where stacks are recorded).
         """
+        return self.under_run_stack(entry)
+
+    def under_run_stack(self, entry: dict) -> bool:
+        """Whether a run of releases, not yet followed by a new segment, was made under this entry's stack."""
         return (bool(self.pending_release) and not self.segment_after_release and self.run_stack is not None
                 and python_stack(entry) == self.run_stack)
 

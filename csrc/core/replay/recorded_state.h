@@ -59,12 +59,12 @@ class RecordedSegments {
   // the recording's segment_free / segment_unmap did; false when no such
   // free memory is there.
   virtual bool release_cached_segment(uintptr_t addr) = 0;
-  // The next request searched the cache and missed before a retry's
-  // releases, which a replay makes ahead of it (kRecordedRetry): it skips
-  // its search and makes a new segment, as PyTorch's alloc_block after
-  // release_cached_blocks does. A release may leave a usable free block,
-  // the partial pages at the ends of an unmapped oversize block.
-  virtual void skip_next_search() = 0;
+  // allocate() for a request that searched the cache and missed before a
+  // retry's releases, which a replay makes ahead of it (kRecordedRetry): no
+  // search now, a new segment, as PyTorch's alloc_block after
+  // release_cached_blocks. A release may leave a usable free block, the
+  // partial pages at the ends of an unmapped oversize block.
+  virtual void* allocate_after_release(size_t size, Stream stream) = 0;
   // Allocations served by a free block of a restored segment over an equal
   // free block of another restored segment (reuse_order segment). PyTorch
   // serves the older segment's; a snapshot does not hold the ages of the

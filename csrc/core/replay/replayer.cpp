@@ -286,15 +286,15 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   const size_t taken_before = device_->offers_taken();
   void* ptr = nullptr;
   DeviceAllocator& into = *pools_[current_].allocator;
+  RecordedSegments* native = pools_[current_].native;
   const bool retried = search_missed_;
-  if (retried && pools_[current_].native) pools_[current_].native->skip_next_search();
   search_missed_ = false;
   const int64_t retries_before = into.stats_ref().num_alloc_retries;
   auto count_recorded_retry = [&] {  // unless the request retried itself (its own full release)
     if (retried && into.stats_ref().num_alloc_retries == retries_before) ++recorded_retries_;
   };
   try {
-    ptr = into.allocate(size, stream);
+    ptr = retried && native ? native->allocate_after_release(size, stream) : into.allocate(size, stream);
     count_recorded_retry();
   } catch (const OutOfMemory& e) {
     count_recorded_retry();

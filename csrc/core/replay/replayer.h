@@ -47,7 +47,7 @@
 //                   num_alloc_retries (unless the next request retried
 //                   itself, after kRequestRelease), and the next request skips the
 //                   search that PyTorch made before those releases
-//                   (RecordedSegments::skip_next_search); others ignore it
+//                   (RecordedSegments::allocate_after_release); others ignore it
 //   kFreeAtSync     the recording completed the requested free of `id`
 //                   (a kFreeRequested before) inside the next request's
 //                   full release: PyTorch's synchronize_and_free_events,

@@ -109,12 +109,11 @@ inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Str
 
 // The hot path (inline): a cached block. allocate_on_miss() does the rest.
 TORCHMEM_ALWAYS_INLINE Block* CachingAllocator::allocate_locked(Request& r) {
-  Block* block = r.pool && !skip_search_ ? find_free_block(r) : nullptr;
+  Block* block = r.pool ? find_free_block(r) : nullptr;
   return block ? block : allocate_on_miss(r);
 }
 
 Block* CachingAllocator::allocate_on_miss(Request& r) {
-  skip_search_ = false;
   if (r.pool == nullptr) return nullptr;
   if (trigger_free_memory_callbacks()) {
     if (Block* block = find_free_block(r)) return block;
@@ -149,6 +148,16 @@ void* CachingAllocator::allocate(size_t size, Stream stream) {
   Request r = make_request(size, stream);  // reads only the config: done before the lock
   std::lock_guard<ForkSafeMutex> lock(mutex_);
   Block* block = allocate_locked(r);
+  if (!block) throw_oom(r);
+  return hand_out(r, block, context);
+}
+
+void* CachingAllocator::allocate_after_release(size_t size, Stream stream) {
+  if (size == 0) return nullptr;
+  const uint64_t context = history_.context();
+  Request r = make_request(size, stream);
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  Block* block = allocate_on_miss(r);
   if (!block) throw_oom(r);
   return hand_out(r, block, context);
 }

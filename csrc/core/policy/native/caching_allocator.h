@@ -72,7 +72,7 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   // false and changes nothing when no such free memory is there. Used by
   // replays to make a recording's own segment_free / segment_unmap.
   bool release_cached_segment(uintptr_t addr) override;
-  void skip_next_search() override { skip_search_ = true; }
+  void* allocate_after_release(size_t size, Stream stream) override;
 
   // Rebuilds a segment that existed before a recorded run began: live
   // blocks as given (sizes inferred where 0), free blocks in the gaps,
@@ -170,7 +170,6 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   LiveBlockMap live_blocks_;
   std::vector<std::unique_ptr<ExpandableSegment>> expandable_segments_;
   PendingFreeWaiter pending_free_waiter_;
-  bool skip_search_ = false;  // skip_next_search(): the next request goes straight to a new segment
   uint64_t start_age_guesses_ = 0;  // RecordedSegments::start_age_guesses
 };
 
