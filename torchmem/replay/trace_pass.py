@@ -397,7 +397,7 @@ class _Builder:
             self.segment_after_release = bool(self.pending_release)
         elif action != "snapshot" and not (action.startswith("free") and action != free_action) \
                 and not self.inside_release(entry, action, free_action):
-            if action == "alloc" and self.retry_without_segment(entry):
+            if action == "alloc" and self.pending_release and self.retry_without_segment(entry):
                 self.run_new_creation, self.run_position, self.run_origin = NO_SEGMENT, len(self.cols.ops), ALLOCATOR
                 self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
                 self.segment_after_release = True
@@ -412,7 +412,7 @@ class _Builder:
 
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
         where = _Where(self.bad_entry, i)  # written out only in an error: a million f-strings cost half a second
-        if action not in (free_action, "oom", "snapshot"):
+        if self.sync_frees.candidates and action not in (free_action, "oom", "snapshot"):  # read first: the hot path
             self.sync_frees.clear()
         if action == "snapshot" or (action.startswith("free") and action != free_action):
             if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
@@ -456,12 +456,13 @@ class _Builder:
             if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
                 self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
                 self.requested.discard(id_)
-                self.sync_frees.clear()
+                if self.sync_frees.candidates:
+                    self.sync_frees.clear()
                 return
             if id_ is not None and id_ in self.requested:
                 self.requested.discard(id_)
                 self.sync_frees.freed(len(self.cols.ops), python_stack(entry))
-            else:
+            elif self.sync_frees.candidates:
                 self.sync_frees.clear()
             if id_ is None:
                 if addr in self.seen:
