@@ -88,3 +88,34 @@ def test_with_expandable_segments_an_oom_tells_only_where_the_card_had_room_for_
     assert bounds([], [(1006 * MiB, 12 * MiB, 20 * MiB)], LARGE, maps_pages=True).hi == 1018 * MiB
     # A small request maps a 2 MiB page: 512 KiB asks for 2 MiB.
     assert bounds([], [(100 * MiB, 512 << 10, 2 * MiB)], LARGE, maps_pages=True).hi == 102 * MiB
+
+
+def test_an_oom_with_room_for_the_request_but_not_its_pages_is_listed_as_untold():
+    # 67 MiB asks 68 MiB: 76 MiB free fits it, not the 80 MiB of whole pages; 50 MiB free fits neither.
+    b = bounds([], [(900 * MiB, 67 * MiB, 76 * MiB), (900 * MiB, 67 * MiB, 50 * MiB)], LARGE, maps_pages=True)
+    assert b.hi is None and b.untold == (0,)
+    assert bounds([], [(900 * MiB, 67 * MiB, 76 * MiB)], LARGE).untold == ()  # fixed segments: told
+
+
+def _expandable_oom(device_free: int) -> dict:
+    """A 900 MiB range with 10 MiB free at its tail, then an OOM of 67 MiB with `device_free` on the card."""
+    base = 0x7F0000000000
+    trace = [{"action": "segment_map", "addr": base, "size": 900 * MiB, "stream": 0, "frames": []},
+             {"action": "alloc", "addr": base, "size": 890 * MiB, "stream": 0, "frames": []},
+             {"action": "oom", "addr": device_free, "size": 67 * MiB, "device_free": device_free, "stream": 0,
+              "frames": []}]
+    blocks = [{"address": base, "size": 890 * MiB, "requested_size": 890 * MiB, "state": "active_allocated"},
+              {"address": base + 890 * MiB, "size": 10 * MiB, "requested_size": 0, "state": "inactive"}]
+    segment = {"address": base, "total_size": 900 * MiB, "stream": 0, "segment_type": "large", "device": 0,
+               "allocated_size": 890 * MiB, "active_size": 890 * MiB, "requested_size": 890 * MiB,
+               "is_expandable": True, "blocks": blocks}
+    return {"segments": [segment], "device_traces": [trace], "allocator_settings": {"expandable_segments": True}}
+
+
+@pytest.mark.parametrize("free, untold, fraction", [(50, False, False), (76, True, False), (80, False, True)])
+def test_the_replay_names_the_oom_whose_refusal_it_cannot_place(free, untold, fraction):
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    trace = snapshot_trace(_expandable_oom(free * MiB), "snap")
+    assert any(n.startswith("entry 2: an out-of-memory with 76.0 MiB free") for n in trace.notes) == untold
+    assert ("per_process_memory_fraction" in trace.recorded.conf) == fraction

@@ -18,7 +18,9 @@ fraction set through the API, nor the limit; its trace bounds the limit:
   limit < reserved at the OOM + alloc_size; with expandable segments the
   device is asked for whole pages, up to alloc_size rounded up to the page,
   so only an OOM with room for those tells (a 12 MiB request on a card with
-  12 MiB free needs a 20 MiB page, and the card refused it);
+  12 MiB free needs a 20 MiB page, and the card refused it); free pages at
+  the range's tail lower that need, and the pass does not track them, so an
+  OOM with room for the request but not its pages is listed as untold;
 - so did every request that released the cache and retried, under its own
   Python stack, where the card had room (refused_retries).
 
@@ -44,10 +46,17 @@ from torchmem.replay.release_runs import ALLOCATOR, ReleaseRun
 
 @dataclass(frozen=True)
 class LimitBounds:
-    """What a trace says about the limit: lo <= limit < hi (hi None: no refusal seen)."""
+    """What a trace says about the limit: lo <= limit < hi (hi None: no refusal seen).
+
+    `untold`: the OOMs (their positions in bounds()'s list) that bound it only
+    if the request's range had free pages at its tail: the card had room for
+    the request, not for all of its whole pages. A snapshot does not record
+    that tail, so their bound is left out.
+    """
 
     lo: int
     hi: int | None
+    untold: tuple[int, ...] = ()
 
 
 def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
@@ -64,13 +73,16 @@ def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
     """
     lo = max((reserved + need for reserved, need in creations), default=0)
     hi = min((reserved + need for reserved, need in refusals), default=None)
-    for reserved, size, device_free in ooms:
+    untold = []
+    for k, (reserved, size, device_free) in enumerate(ooms):
         need = segment_request(size, large_segment_size)
         page = SMALL_PAGE if size <= _C.rules.SMALL_SIZE else large_segment_size
         device_need = -(-need // page) * page if maps_pages else need
         if device_free >= device_need:  # the card had room: the allocator's own limit refused
             hi = reserved + need if hi is None else min(hi, reserved + need)
-    return LimitBounds(lo, hi)
+        elif device_free >= need:
+            untold.append(k)
+    return LimitBounds(lo, hi, tuple(untold))
 
 
 def refused_retries(runs: list[ReleaseRun], start_reserved: int, usable: int | None,

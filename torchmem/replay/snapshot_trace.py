@@ -154,6 +154,23 @@ def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
     return ",".join(items), source, limits.lo if source == "inferred" else None
 
 
+def _untold_oom(ooms: list[dict], limits: LimitBounds, capacity: int | None, conf: str | None,
+                large: int) -> str | None:
+    """A note on the first OOM whose bound on the memory fraction the snapshot cannot settle (LimitBounds.untold),
+    where counting it would give another fraction; None where there is none."""
+    if not limits.untold or capacity is None:
+        return None
+    o = ooms[limits.untold[0]]
+    counted = bounds([], [(o["reserved"], o["size"], o["device_free"])], large)
+    told = LimitBounds(limits.lo, counted.hi if limits.hi is None else min(limits.hi, counted.hi))
+    fraction = conf_fraction(conf or "")
+    if infer_fraction(capacity, told, fraction)[0] == fraction:
+        return None
+    return (f"entry {o['entry']}: an out-of-memory with {o['device_free'] / 2**20:.1f} MiB free on the card, less than "
+            "the whole pages the request may have mapped: the memory fraction refused it only if its range had free "
+            "pages at its tail, which this replay does not work out from the trace; replayed as the card's refusal")
+
+
 def large_segment_size(conf: str) -> int:
     """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB), as the core reads it."""
     return _C.rules.config_fields(conf or "")["large_segment_size"]
@@ -263,6 +280,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         if card is not None:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
+    untold = _untold_oom(ooms, limits, capacity, conf, large_segment_size(conf or ""))
     offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
@@ -287,6 +305,8 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     if fraction_from == "inferred":
         notes.append(f"a memory fraction of {conf_fraction(conf):.4g} (the highest that makes the recording's refusals; "
                      "a snapshot does not record one set by torch.cuda.set_per_process_memory_fraction)")
+    if untold:
+        notes.append(untold)
     if b.pools_inferred:
         pools = b.pools - 1
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
