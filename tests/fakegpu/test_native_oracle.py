@@ -166,12 +166,21 @@ def relative(snapshot: dict) -> tuple[list, list]:
     return [(e[0], None if e[1] is None else e[1] - base, e[2]) for e in entries], layout
 
 
+@functools.lru_cache(maxsize=None)
+def checked(paths: tuple[Path, ...]) -> dict[Path, list[str]]:
+    """oracle.check's problems for each reproducer this torch takes, all run in one native child (a fresh
+    interpreter costs each case seconds of importing torch)."""
+    workloads = {p: oracle.load_reproducer(p) for p in paths}
+    taken = [p for p, w in workloads.items() if w.conf not in refused_settings()]
+    return dict(zip(taken, oracle.check([workloads[p] for p in taken])))
+
+
 @pytest.mark.parametrize("path", REPRODUCERS, ids=[p.stem for p in REPRODUCERS])
 def test_reproducer_still_shows_its_deviation(path):
     data = json.loads(path.read_text())
     w = oracle.load_reproducer(path)
     skip_refused(w.conf, path.name)
-    problems = oracle.check([w])[0]
+    problems = checked(tuple(REPRODUCERS))[path]
     made_on = data.get("torch", "2.14.1")
     if not problems and not torch.__version__.startswith(made_on):
         pytest.skip(f"{path.name} was shrunk on torch {made_on}; torch {torch.__version__} replays it exactly")
@@ -187,7 +196,7 @@ def test_fixed_deviation_stays_fixed(path):
     pool_id and the case's private-pool allocations land in the default pool (unrecorded-pool)."""
     w = oracle.load_reproducer(path)
     skip_refused(w.conf, path.name)
-    problems = oracle.check([w])[0]
+    problems = checked(tuple(FIXED))[path]
     found = classify(w, problems) if problems else None
     if found is not None and found.name == "unrecorded-pool":
         pytest.skip(f"{path.name}: torch {torch.__version__} writes no pool_id, an open deviation: {problems[0]}")
