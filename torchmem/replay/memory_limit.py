@@ -50,8 +50,8 @@ class LimitBounds:
 
     `untold`: the OOMs (their positions in bounds()'s list) that bound it only
     if the request's range had free pages at its tail: the card had room for
-    the request, not for all of its whole pages. A snapshot does not record
-    that tail, so their bound is left out.
+    the request, not for all of its whole pages. The trace pass does not
+    work that tail out, so their bound is left out.
     """
 
     lo: int

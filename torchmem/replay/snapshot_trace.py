@@ -156,7 +156,7 @@ def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
 
 def _untold_oom(ooms: list[dict], limits: LimitBounds, capacity: int | None, conf: str | None,
                 large: int) -> str | None:
-    """A note on the first OOM whose bound on the memory fraction the snapshot cannot settle (LimitBounds.untold),
+    """A note on the first OOM whose bound on the memory fraction the replay leaves out (LimitBounds.untold),
     where counting it would give another fraction; None where there is none."""
     if not limits.untold or capacity is None:
         return None
