@@ -383,7 +383,8 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         break;
       case ReplayOp::kSegmentAddress:
         if (follow_recording_ && addrs && addrs[i]) {
-          device_->offer(addrs[i], sizes[i]);
+          // After the request's own releases, a range there may be given back before the request reserves.
+          device_->offer(addrs[i], sizes[i], !request_releases_.empty());
           offers_pending_ = true;
         }
         break;

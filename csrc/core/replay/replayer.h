@@ -13,7 +13,10 @@
 //   kEmptyCache     the recorded program's empty_cache()
 //   kSegmentAddress the recording's next segment was at `addr` with `size`
 //                   bytes (size 0: an expandable range): offered to the
-//                   device for the next request (Note [Recorded addresses])
+//                   device for the next request (Note [Recorded addresses]);
+//                   after a kRequestRelease, even inside a live range, which
+//                   the request's own release may give back before it
+//                   reserves one there
 //   kFailedAlloc    the request the recording's out-of-memory refused: an
 //                   OOM here reproduces it; if it succeeds it is freed at once
 //   kReleaseSegment the recording released the cached segment (or unmapped
