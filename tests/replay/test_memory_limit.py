@@ -119,3 +119,53 @@ def test_the_replay_names_the_oom_whose_refusal_it_cannot_place(free, untold, fr
     trace = snapshot_trace(_expandable_oom(free * MiB), "snap")
     assert any(n.startswith("entry 2: an out-of-memory with 76.0 MiB free") for n in trace.notes) == untold
     assert ("per_process_memory_fraction" in trace.recorded.conf) == fraction
+
+
+def _unreserved_failure(later: int, size: int = 2000 * MiB) -> dict:
+    """A 100 MiB map, an OOM of `size` (2,000 MiB: more than a range of the 1,000 MiB card holds), the range
+    given back, then a 40 MiB map `later` bytes above the first range's base."""
+    base = 0x7F0000000000
+    trace = [{"action": "segment_map", "addr": base, "size": 100 * MiB, "stream": 0, "frames": []},
+             {"action": "alloc", "addr": base, "size": 100 * MiB, "stream": 0, "frames": []},
+             {"action": "oom", "addr": 900 * MiB, "size": size, "device_free": 900 * MiB, "stream": 0,
+              "frames": []},
+             {"action": "free_completed", "addr": base, "size": 100 * MiB, "stream": 0, "frames": []},
+             {"action": "segment_unmap", "addr": base, "size": 100 * MiB, "stream": 0, "frames": []},
+             {"action": "segment_map", "addr": base + later, "size": 40 * MiB, "stream": 0, "frames": []},
+             {"action": "alloc", "addr": base + later, "size": 40 * MiB, "stream": 0, "frames": []}]
+    blocks = [{"address": base + later, "size": 40 * MiB, "requested_size": 40 * MiB, "state": "active_allocated"}]
+    segment = {"address": base + later, "total_size": 40 * MiB, "stream": 0, "segment_type": "large", "device": 0,
+               "allocated_size": 40 * MiB, "active_size": 40 * MiB, "requested_size": 40 * MiB,
+               "is_expandable": True, "blocks": blocks}
+    return {"segments": [segment], "device_traces": [trace], "allocator_settings": {"expandable_segments": True}}
+
+
+@pytest.mark.parametrize("later, fraction", [(0, True), (20 * MiB, True), (2 * GiB, False)])
+def test_a_failure_that_reserved_no_range_was_refused_by_the_memory_fraction(later, fraction):
+    """Note [Expandable ranges in a snapshot]: the OOM's request fits no range, so without a fraction it would
+    have reserved one and kept it; the 40 MiB request would then have mapped there. A range opened only where
+    the first range stood shows none was reserved: a fraction refused the OOM. One opened at an address free at
+    the OOM may be the one it reserved, and shows nothing."""
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    trace = snapshot_trace(_unreserved_failure(later), "snap")
+    assert ("per_process_memory_fraction" in trace.recorded.conf) == fraction
+    # The OOM asked more than the card: any fraction below 1 refused it.
+    assert any(n.startswith("a memory fraction of just under 1 ") for n in trace.notes) == fraction
+
+
+def test_a_failure_that_fit_a_range_reserved_none_and_shows_nothing():
+    # 950 MiB fits the first range's 1,040 unmapped MiB: the card refused its pages there, and no range was reserved.
+    trace = snapshot_trace_of(_unreserved_failure(0, 950 * MiB))
+    assert "per_process_memory_fraction" not in trace.recorded.conf
+
+
+def snapshot_trace_of(snapshot: dict):
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    return snapshot_trace(snapshot, "snap")
+
+
+def test_a_refusal_of_more_than_the_card_gives_the_largest_fraction_below_1():
+    fraction = highest_fraction(GiB, LimitBounds(100 * MiB, 3 * GiB))
+    assert fraction is not None and fraction < 1.0 and limit_of(fraction, GiB) == GiB - 1

@@ -94,10 +94,12 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "fraction-limit",
         "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction) with "
         "expandable_segments:True. The replay infers the fraction from the trace's refusals "
-        "(torchmem/replay/memory_limit.py): OOMs where the card had room, and retries under the request's own "
-        "stack where it had. Where the trace holds neither (the reproducer: one OOM over the card's memory, a "
-        "fraction set through the API), none is inferred, and after an empty_cache() a range is reserved "
-        "elsewhere than PyTorch's; the cause is not traced yet.",
+        "(torchmem/replay/memory_limit.py): OOMs where the card had room for the request's whole pages, retries "
+        "under the request's own stack where it had, and failures that reserved no range where they would have "
+        "(FailureOffers.unreserved, torchmem/replay/expandable_ranges.py). The reproducer's last OOM had room "
+        "for its request, less the free pages at its range's tail, but not for all its whole pages: the trace's "
+        "alloc entries hold the bytes asked for, not the blocks' sizes, so that tail is not worked out, and no "
+        "fraction is inferred (the replay's notes name the entry).",
         lambda w, p: (bool(w.fraction) or _conf_has(w, "per_process_memory_fraction"))
         and _conf_has(w, "expandable_segments:True"),
     ),

@@ -25,11 +25,21 @@ first map into a range is at its base. Two things follow for a replay:
   trace and its addresses reused by another stream's range; the start state
   groups the pages mapped then by the range that held them at that moment
   (start_state.py).
+
+A failed request reserves that range only where the memory fraction let it
+ask the card. Where no range had room for it (range_room.py), it reserves
+one, or two when it is larger than a range. The trace can show each at a
+base free at the failure that a later request maps first. Where it shows
+fewer than the request reserved, one stays unmapped, and has room for any
+later request of its stream and pool. So a later range reserved anew (not
+at a base some failure may have reserved) shows the failure reserved none:
+the fraction refused it (FailureOffers.unreserved, memory_limit.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from types import MappingProxyType
+from typing import Mapping, NamedTuple
 
 from torchmem import _C
 from torchmem.replay.capacity import SMALL_PAGE, range_size
@@ -66,18 +76,23 @@ class FailureOffers(NamedTuple):
 
     offers: list[tuple[int, list[tuple[int, int]]]]  # (position of the failed request, [(base, stream)])
     floor: int  # fresh addresses start above it: every recorded range's end (0: no floor)
+    # positions of failed requests that reserved no range, as the later ranges show (the Note above)
+    unreserved: tuple[int, ...] = ()
 
 
 NO_OFFERS = FailureOffers([], 0)
 
 
-def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_page: int) -> FailureOffers:
+def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_page: int,
+                   reserves: Mapping[int, int] = MappingProxyType({})) -> FailureOffers:
     """The range bases a failed request may reserve (Note [Expandable ranges in a snapshot]).
 
     For each failed request of the pass's events, the bases of the ranges of
     its stream and pool that the trace maps first later, each to be offered
     just before it. Nothing when the card's size is not known (`capacity`
-    None) or no request failed.
+    None) or no request failed. `reserves`: how many ranges each failed
+    request (by position) would have reserved (range_room.Placement.new_ranges),
+    from which `unreserved` follows.
     """
     cols = b.events
     if capacity is None or not any(op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC) for op in cols.ops):
@@ -86,12 +101,12 @@ def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_
     live: list[_Range] = []
     for r in start.ranges:
         live.append(_Range(r.base, r.base + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
-    events = _events(b)
+    events = map_events(b)
     if events is None:
         return NO_OFFERS  # out of step with the trace (skipped bad entries): offer nothing
     fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
     failures: list[tuple[int, tuple[int, int, bool], list[_Range]]] = []  # (position, key, ranges live then)
-    pools = _request_pools(cols.ops, cols.ids)
+    pools = request_pools(cols.ops, cols.ids)
     at = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events}
     for pos, op in enumerate(cols.ops):
         if pos in at:
@@ -117,21 +132,64 @@ def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_
     ends = [base + sizes[key[2]] for key, firsts in fresh.items() for _, base in firsts]
     floor = max([0, *ends, *(r.end for r in live)])
     inserts: list[tuple[int, list[tuple[int, int]]]] = []  # (position, [(base, stream)])
+    placed: dict[tuple[int, int, bool], list[tuple[int, list[int] | None]]] = {}  # key -> (position, bases)
     for pos, key, live_then in failures:
         if _offer_pending(cols.ops, cols.sizes, pos):
+            placed.setdefault(key, []).append((pos, None))  # it may place any one range the trace opens
             continue  # a recorded map waits for this request: its address is the one to take
         later = [base for first, base in fresh.get(key, []) if first > pos]
         offers = [base for base in later if not _overlaps(live_then, base, base + sizes[key[2]])][:3]
         if offers:
             inserts.append((pos, [(base, key[1]) for base in offers]))
-    return FailureOffers(inserts, floor)
+        placed.setdefault(key, []).append((pos, _distinct(offers, sizes[key[2]])))
+    unreserved = [pos for key, openings in fresh.items()
+                  for pos in _unreserved(openings, placed.get(key, []), reserves)]
+    return FailureOffers(inserts, floor, tuple(sorted(set(unreserved))))
 
 
-def _events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
+def _distinct(bases: list[int], size: int) -> list[int]:
+    """The bases that can place ranges of `size` bytes, each clear of those placed before it."""
+    placed: list[int] = []
+    for base in bases:
+        if all(base + size <= other or other + size <= base for other in placed):
+            placed.append(base)
+    return placed
+
+
+def _unreserved(openings: list[tuple[int, int]], placed: list[tuple[int, list[int] | None]],
+                reserves: Mapping[int, int]) -> list[int]:
+    """The failures of one stream and pool that reserved no range (Note above).
+
+    `openings`: (position, base) of each range the trace opens; `placed`:
+    (position, distinct bases offered, or None for any one) of each failure.
+    An opening at a base offered to an earlier failure may be the range it
+    reserved, each base once. Any other is a range reserved anew, where no
+    range had room: so each earlier failure that would have kept a range at
+    no offered base (reserves, more than its bases) kept none.
+    """
+    left = [(pos, None if bases is None else list(bases)) for pos, bases in placed]
+    out: list[int] = []
+    for at, base in openings:
+        before = [(pos, bases) for pos, bases in left if pos < at]
+        owner = next((k for k, (_, bases) in enumerate(before) if bases is not None and base in bases), None)
+        if owner is None:
+            owner = next((k for k, (_, bases) in enumerate(before) if bases is None), None)
+        if owner is not None:
+            pos, bases = before[owner]
+            if bases is None:
+                left.remove((pos, None))
+            else:
+                bases.remove(base)
+            continue
+        out += [pos for pos, bases in placed if pos < at and bases is not None and reserves.get(pos, 0) > len(bases)]
+    return out
+
+
+def map_events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
     """(position, action, addr, size, stream, pool) of every map and unmap, in trace order; None when the
     events and b.maps are out of step (skipped bad entries)."""
     cols = b.events
-    pools = _request_pools(cols.ops, cols.ids)
+    pools = request_pools(cols.ops, cols.ids)
     out = []
     k = 0
     for pos, op in enumerate(cols.ops):
@@ -149,7 +207,7 @@ def _events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
     return out if k == len(b.maps) else None
 
 
-def _request_pools(ops: list[int], ids: list[int]) -> list[int]:
+def request_pools(ops: list[int], ids: list[int]) -> list[int]:
     """The replay's pool of the request each event belongs to: a map's is the request after it (the
     trace enters a request's pool at the request, after the maps it made)."""
     now, at_request = 0, []
@@ -204,7 +262,7 @@ def recorded_ranges(b: TracePass, start: StartState, large_page: int) -> list[tu
 
     for r in sorted(start.ranges, key=lambda r: r.base):
         open_range(r.base, (b.pool_ids.get(r.pool, r.pool), r.stream, r.is_small), sum(s for _, s in r.runs))
-    for _, action, addr, size, stream, pool in _events(b) or []:
+    for _, action, addr, size, stream, pool in map_events(b) or []:
         below = [r for r in live if r[0] <= addr]
         owner = max(below, key=lambda r: r[0]) if below else None
         if action == "segment_map":

@@ -19,10 +19,15 @@ fraction set through the API, nor the limit; its trace bounds the limit:
   device is asked for whole pages, up to alloc_size rounded up to the page,
   so only an OOM with room for those tells (a 12 MiB request on a card with
   12 MiB free needs a 20 MiB page, and the card refused it); free pages at
-  the range's tail lower that need, and the pass does not track them, so an
-  OOM with room for the request but not its pages is listed as untold;
+  the range's tail lower that need, and the pass does not work them out
+  (the trace's alloc entries hold the bytes asked for, not the blocks'
+  sizes), so an OOM with room for the request but not its pages is listed
+  as untold;
 - so did every request that released the cache and retried, under its own
-  Python stack, where the card had room (refused_retries).
+  Python stack, where the card had room (refused_retries);
+- so did, with expandable segments, every failed request that would have
+  reserved a range that the trace shows it did not reserve
+  (FailureOffers.unreserved, expandable_ranges.py).
 
 `infer_fraction()` returns the fraction to replay with: the config's when it
 fits these bounds, else the highest that does, else none. Any fraction inside
@@ -117,10 +122,14 @@ def fits(fraction: float, total: int, b: LimitBounds) -> bool:
 
 
 def highest_fraction(total: int, b: LimitBounds) -> float | None:
-    """The largest fraction whose limit lies in the bounds, or None (no refusal seen, or none fits)."""
+    """The largest fraction whose limit lies in the bounds, or None (no refusal seen, or none fits).
+
+    A refusal of more than the card (hi above `total`) says only that some
+    fraction was set: the largest below 1.
+    """
     if b.hi is None or total <= 0:
         return None
-    fraction = (b.hi - 1) / total
+    fraction = min((b.hi - 1) / total, math.nextafter(1.0, 0.0))
     while fraction > 0 and limit_of(fraction, total) >= b.hi:
         fraction = math.nextafter(fraction, 0.0)
     return fraction if 0 < fraction < 1.0 and fits(fraction, total, b) else None

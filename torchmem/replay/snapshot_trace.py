@@ -42,6 +42,7 @@ from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_sp
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
                                          infer_fraction, refused_retries)
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
+from torchmem.replay.range_room import oom_placements
 from torchmem.replay.release_runs import ReleaseRun
 from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
@@ -152,6 +153,13 @@ def _with_fraction(conf: str | None, capacity: int | None, limits: LimitBounds,
     if fraction is not None:
         items.append(f"per_process_memory_fraction:{format_fraction(fraction)}")
     return ",".join(items), source, limits.lo if source == "inferred" else None
+
+
+def _unreserved_refusals(ooms: list[dict], unreserved: tuple[int, ...], large: int) -> list[tuple[int, int]]:
+    """(reserved, what it asked) of each OOM the memory fraction refused, as the ranges show: it would have
+    reserved a range, and none was (FailureOffers.unreserved)."""
+    at = set(unreserved)
+    return [(o["reserved"], segment_request(o["size"], large)) for o in ooms if o["index"] in at]
 
 
 def _untold_oom(ooms: list[dict], limits: LimitBounds, capacity: int | None, conf: str | None,
@@ -272,17 +280,23 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     refusals = refused_retries(_asking(b.retry_releases, needs), start.reserved,
                                capacity - held if ooms else None, collects)
     retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
-    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms],
-                    large_segment_size(conf or ""), refusals, maps_pages=expandable)
+    large = large_segment_size(conf or "")
+    # Note [Where a request of an expandable stream maps]
+    placements = oom_placements(b, start, capacity, large) if expandable and ooms and capacity else []
+    reserves = {o["index"]: p.new_ranges for o, p in zip(ooms, placements) if p}
+    offers = (failure_offers(b, start, capacity, large, reserves)
+              if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
+    refusals += _unreserved_refusals(ooms, offers.unreserved, large)
+    limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], large, refusals,
+                    maps_pages=expandable)
     configured = conf_fraction(conf or "")
     if ooms and not held and configured is not None:
         card = card_for_fraction(configured, capacity, limits)
         if card is not None:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
+            offers = failure_offers(b, start, capacity, large) if expandable else NO_OFFERS  # ranges of that card
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
-    untold = _untold_oom(ooms, limits, capacity, conf, large_segment_size(conf or ""))
-    offers = (failure_offers(b, start, capacity, large_segment_size(conf or ""))
-              if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
+    untold = _untold_oom(ooms, limits, capacity, conf, large)
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
     # The ranges' spacing tells the card to within a large page, as an OOM does (capacity.py).
     retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card,
@@ -303,8 +317,10 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            event_entries=cols[5], device_choice=choice.describe())
     notes = []
     if fraction_from == "inferred":
-        notes.append(f"a memory fraction of {conf_fraction(conf):.4g} (the highest that makes the recording's refusals; "
-                     "a snapshot does not record one set by torch.cuda.set_per_process_memory_fraction)")
+        shown = f"{conf_fraction(conf):.4g}"
+        notes.append(f"a memory fraction of {'just under 1' if shown == '1' else shown} (the highest that makes the "
+                     "recording's refusals; a snapshot does not record one set by "
+                     "torch.cuda.set_per_process_memory_fraction)")
     if untold:
         notes.append(untold)
     if b.pools_inferred:

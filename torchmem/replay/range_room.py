@@ -1,0 +1,167 @@
+"""Where a request of an expandable stream would map, at any event of a trace: its ranges, block by block.
+
+Note [Where a request of an expandable stream maps]
+With expandable_segments:True a request that finds no free block maps
+pages (PyTorch's try_allocate_expandable_block; the core's
+CachingAllocator::allocate_expandable makes the same choice).
+find_expandable_block takes the unmapped blocks of the request's stream
+and pool in address order (BlockPool.unmapped); each may start one block
+lower, where the block below it is free. The first whose run of free and
+unmapped bytes holds the request is the candidate. With no candidate a new
+range is reserved (a request larger than a range reserves one at each
+attempt, before and after the cache's release).
+
+The trace shows the maps and unmaps, and the live blocks. But an alloc
+entry holds the bytes asked for, not the block's size (rounding, and a
+remainder too small to split, make it larger). So `RangeRoom` takes each
+live block as ending where the bytes asked for end: the most room there
+can be. A claim that no range had room holds; one that a range had room
+may not, and nothing here makes it. A block whose free waits on an event
+counts as live until its free completes. expandable_ranges.py reads it:
+a failure that would have reserved a range.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import NamedTuple
+
+from torchmem.replay.capacity import SMALL_PAGE, range_size
+from torchmem.replay.expandable_ranges import SMALL_REQUEST, map_events, request_pools
+from torchmem.replay.start_state import StartRange, StartState
+from torchmem.replay.trace_pass import TracePass
+from torchmem.trace_types import ALLOC, FREE, FREE_AT_SYNC
+
+
+class _Range:
+    """One expandable range: its bounds, key and mapped runs ([lo, hi), sorted, disjoint)."""
+
+    def __init__(self, base: int, end: int, key: tuple[int, int, bool]) -> None:
+        self.base, self.end, self.key = base, end, key
+        self.runs: list[list[int]] = []
+
+    def map(self, lo: int, hi: int) -> None:
+        self.runs.append([lo, hi])
+        self.runs.sort()
+        merged: list[list[int]] = []
+        for run in self.runs:
+            if merged and run[0] <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], run[1])
+            else:
+                merged.append(run)
+        self.runs = merged
+
+    def unmap(self, lo: int, hi: int) -> None:
+        out = []
+        for a, b in self.runs:
+            out += [[a, min(b, lo)]] if a < lo else []
+            out += [[max(a, hi), b]] if b > hi else []
+        self.runs = [run for run in out if run[0] < run[1]]
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The unmapped blocks: [lo, hi) between and after the mapped runs."""
+        out, at = [], self.base
+        for a, b in self.runs:
+            if a > at:
+                out.append((at, a))
+            at = max(at, b)
+        return out + ([(at, self.end)] if at < self.end else [])
+
+
+class Placement(NamedTuple):
+    """Where a request would map."""
+
+    # the ranges it would reserve, and keep unmapped where its maps fail: none where a range had room; one
+    # where none had; two where it is larger than a range
+    new_ranges: int
+
+
+class RangeRoom:
+    """The expandable ranges and live blocks of a pass, walked event by event (Note above).
+
+    `ok` is False where the maps and events are out of step (skipped bad
+    entries): then request() answers None.
+    """
+
+    def __init__(self, b: TracePass, start: StartState, capacity: int, large_page: int) -> None:
+        events = map_events(b)
+        self.ok = events is not None
+        self.cols = b.events
+        self.pools = request_pools(self.cols.ops, self.cols.ids)
+        self.large_page = large_page
+        self.sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
+        self.ranges = [_start_range(r, b, self.sizes[r.is_small]) for r in start.ranges]
+        self.live = {id_: (addr, size) for r in start.ranges for id_, (addr, size, _) in zip(r.ids, r.blocks)}
+        self.maps = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events or []}
+        self.pos = 0  # the events before it are walked
+
+    def advance(self, pos: int) -> None:
+        """Walks the events before `pos`."""
+        cols = self.cols
+        for k in range(self.pos, pos):
+            if k in self.maps:
+                action, addr, size, stream, pool = self.maps[k]
+                r = self.range_at(addr)
+                if action == "segment_map":
+                    if r is None:
+                        key = (pool, stream, size < self.large_page)
+                        r = _Range(addr, addr + self.sizes[key[2]], key)
+                        self.ranges.append(r)
+                    r.map(addr, addr + size)
+                elif r is not None:
+                    r.unmap(addr, addr + size)
+                    if not r.runs:  # none of its pages mapped: PyTorch gives the range back
+                        self.ranges.remove(r)
+            elif cols.ops[k] == ALLOC:
+                self.live[cols.ids[k]] = (cols.addrs[k], cols.sizes[k])
+            elif cols.ops[k] in (FREE, FREE_AT_SYNC):
+                self.live.pop(cols.ids[k], None)
+        self.pos = max(self.pos, pos)
+
+    def range_at(self, addr: int) -> _Range | None:
+        return next((r for r in self.ranges if r.base <= addr < r.end), None)
+
+    def request(self, pos: int, size: int, stream: int) -> Placement | None:
+        """Where a request of `size` bytes on `stream`, in the pool in force at event `pos`, would map now."""
+        if not self.ok:
+            return None
+        small = size <= SMALL_REQUEST
+        mine = [r for r in self.ranges if r.key == (self.pools[pos], stream, small)]
+        return _placement(mine, self.live, size, self.sizes[small])
+
+
+def oom_placements(b: TracePass, start: StartState, capacity: int, large_page: int) -> list[Placement | None]:
+    """For each OOM of the pass (b.ooms, in order): where its request would have mapped at the failure; None
+    where the trace does not tell (RangeRoom.ok)."""
+    room = RangeRoom(b, start, capacity, large_page)
+    out = []
+    for o in b.ooms:
+        room.advance(o.index)
+        out.append(room.request(o.index, o.size, o.stream))
+    return out
+
+
+def _start_range(r: StartRange, b: TracePass, size: int) -> _Range:
+    out = _Range(r.base, r.base + size, (b.pool_ids.get(r.pool, 0), r.stream, r.is_small))
+    for addr, length in r.runs:
+        out.map(addr, addr + length)
+    return out
+
+
+def _placement(ranges: list[_Range], live: dict[int, tuple[int, int]], size: int, range_bytes: int) -> Placement:
+    """Whether find_expandable_block has a candidate for `size` bytes (Note above), each live block ending where
+    the bytes asked for end; else how many ranges the request reserves."""
+    rooms = []
+    for r in ranges:
+        blocks = sorted((a, s) for a, s in live.values() if r.base <= a < r.end)
+        starts = [a for a, _ in blocks]
+        block_ends = sorted(a + s for a, s in blocks)
+        for lo, hi in r.gaps():
+            k = bisect.bisect_right(block_ends, lo)
+            run_start = max((a for a, end in r.runs if end == lo), default=lo)
+            begin = max(block_ends[k - 1] if k else r.base, run_start)  # the free block below joins
+            k = bisect.bisect_left(starts, hi)
+            room = (starts[k] if k < len(starts) else r.end) - begin
+            rooms.append(room)
+    if any(room >= size for room in rooms):
+        return Placement(0)
+    return Placement(2 if size > range_bytes else 1)
