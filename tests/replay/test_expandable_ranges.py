@@ -56,3 +56,20 @@ def test_the_card_from_two_ranges_side_by_side():
     assert card is not None and range_size(card, 20 * MiB) == 2320 * MiB >= range_size(2 * GiB, 20 * MiB)
     assert range_size(2006 * MiB, 20 * MiB) < 2320 * MiB
     assert card_from_spacing([(0, False, None)]) is None  # one range tells nothing
+
+
+def test_a_range_opened_where_a_later_failure_may_have_reserved_it_shows_nothing():
+    """Note [Expandable ranges in a snapshot], FailureOffers.unreserved: failures at 5 and 15, each reserving one
+    range. The range the trace opens at 20 stands at the base offered to the failure at 15: it may be that
+    failure's. The failure at 5, offered no base, kept its range elsewhere, and nothing contradicts it."""
+    from torchmem.replay.expandable_ranges import _unreserved
+
+    assert _unreserved([(20, 0xB000)], [(5, []), (15, [0xB000])], {5: 1, 15: 1}) == []
+    # A second range at the same base is reserved anew: the failure at 5 would have had one kept with room.
+    assert _unreserved([(20, 0xB000), (30, 0xB000)], [(5, []), (15, [0xB000])], {5: 1, 15: 1}) == [5]
+    # A failure whose offered bases place all it reserved keeps none unmapped: nothing to contradict.
+    assert _unreserved([(30, 0xC000)], [(5, [0xA000])], {5: 1}) == []
+    # One that reserves two, with one base offered, does.
+    assert _unreserved([(30, 0xC000)], [(5, [0xA000])], {5: 2}) == [5]
+    # A failure whose own map waits (None) may place any one opening.
+    assert _unreserved([(30, 0xC000)], [(5, []), (10, None)], {5: 1}) == []
