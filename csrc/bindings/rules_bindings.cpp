@@ -2,6 +2,9 @@
 // core/replay/replayer.h): the Python replay reads them here, never copies them.
 #include <limits>
 #include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
 
 #include "bindings/bindings.h"
 #include "core/base/alloc_config.h"
@@ -21,6 +24,17 @@ void bind_rules(py::module_& m) {
   rules.attr("ROUND_LARGE") = kRoundLarge;
   rules.def("allocation_size", &allocation_size, py::arg("size"), py::arg("large_segment_size") = kLargeBuffer,
             "What PyTorch asks the device for to serve a rounded request (get_allocation_size).");
+  rules.def(
+      "round_sizes",
+      [](const std::vector<size_t>& sizes, const std::string& conf) {
+        const AllocatorConfig c = AllocatorConfig::parse(conf);
+        std::vector<size_t> out;
+        out.reserve(sizes.size());
+        for (size_t size : sizes) out.push_back(round_request(size, c));
+        return out;
+      },
+      py::arg("sizes"), py::arg("conf") = "",
+      "The block each request of these sizes takes under a settings string (PyTorch's round_size).");
   rules.def(
       "expandable_range_size",
       [](size_t device_bytes, size_t page) { return expandable_pages(device_bytes, page) * page; },

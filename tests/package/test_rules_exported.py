@@ -20,6 +20,15 @@ def test_allocation_size_is_pytorchs_get_allocation_size():
     assert size(MiB + 512, 64 * MiB) == 64 * MiB  # large_segment_size_mb
 
 
+def test_round_sizes_is_pytorchs_round_size():
+    """CUDACachingAllocator.cpp's round_size: at least 512 B, a multiple of 512 B, or under
+    roundup_power2_divisions the next of that many divisions of the power-of-two interval (above 1 MiB here)."""
+    assert _C.rules.round_sizes([1, 512, 513, 5 * MiB + 1]) == [512, 512, 1024, 5 * MiB + 512]
+    # 5 MiB + 1 lies in [4, 8) MiB: four divisions of 1 MiB round it to 6 MiB; 8 MiB is a power of two.
+    assert _C.rules.round_sizes([5 * MiB + 1, 8 * MiB], "roundup_power2_divisions:4") == [6 * MiB, 8 * MiB]
+    assert _C.rules.round_sizes([], "") == []
+
+
 def test_an_expandable_range_is_nine_eighths_of_the_card_in_whole_pages():
     """find_expandable_space: 9/8 of the device, rounded up to the pool's page."""
     assert _C.rules.expandable_range_size(80 << 30, 20 * MiB) == -(-(90 << 30) // (20 * MiB)) * (20 * MiB)

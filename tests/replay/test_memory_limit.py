@@ -112,12 +112,50 @@ def _expandable_oom(device_free: int) -> dict:
     return {"segments": [segment], "device_traces": [trace], "allocator_settings": {"expandable_segments": True}}
 
 
-@pytest.mark.parametrize("free, untold, fraction", [(50, False, False), (76, True, False), (80, False, True)])
-def test_the_replay_names_the_oom_whose_refusal_it_cannot_place(free, untold, fraction):
+@pytest.mark.parametrize("free, fraction", [(50, False), (58, False), (60, True), (76, True)])
+def test_an_oom_bounds_the_fraction_where_the_card_had_room_for_the_pages_its_maps_take(free, fraction):
+    """The 67 MiB request joins the 10 MiB free at the range's tail and maps 60 MiB (range_room.py): with that
+    much free on the card, the memory fraction refused it."""
     from torchmem.replay.snapshot_trace import snapshot_trace
 
     trace = snapshot_trace(_expandable_oom(free * MiB), "snap")
-    assert any(n.startswith("entry 2: an out-of-memory with 76.0 MiB free") for n in trace.notes) == untold
+    assert ("per_process_memory_fraction" in trace.recorded.conf) == fraction
+    assert not any("out-of-memory with" in n for n in trace.notes)
+
+
+def _gap_oom(device_free: int) -> dict:
+    """A 200 MiB range: blocks A (90 MiB) and D (60 MiB at 140 MiB) live, 10 MiB free above A, and the 40 MiB
+    below D given back by empty_cache(); then an OOM of 45 MiB with `device_free` on the card."""
+    base = 0x7F0000000000
+    blocks = [(base, 90), (base + 90 * MiB, 10), (base + 100 * MiB, 40), (base + 140 * MiB, 60)]
+    trace = [{"action": "segment_map", "addr": base, "size": 200 * MiB, "stream": 0, "frames": []}]
+    trace += [{"action": "alloc", "addr": a, "size": n * MiB, "stream": 0, "frames": []} for a, n in blocks]
+    trace += [{"action": "free_completed", "addr": blocks[k][0], "size": blocks[k][1] * MiB, "stream": 0,
+               "frames": []} for k in (2, 1)]
+    trace += [{"action": "segment_unmap", "addr": base + 100 * MiB, "size": 40 * MiB, "stream": 0, "frames": []},
+              {"action": "oom", "addr": device_free, "size": 45 * MiB, "device_free": device_free, "stream": 0,
+               "frames": []}]
+
+    def segment(addr: int, parts: list[tuple[int, int, bool]]) -> dict:
+        used = sum(n for _, n, live in parts if live) * MiB
+        return {"address": addr, "total_size": sum(n for _, n, _ in parts) * MiB, "stream": 0,
+                "segment_type": "large", "device": 0, "allocated_size": used, "active_size": used,
+                "requested_size": used, "is_expandable": True,
+                "blocks": [{"address": a, "size": n * MiB, "requested_size": n * MiB if live else 0,
+                            "state": "active_allocated" if live else "inactive"} for a, n, live in parts]}
+
+    segments = [segment(base, [(base, 90, True), (base + 90 * MiB, 10, False)]),
+                segment(base + 140 * MiB, [(base + 140 * MiB, 60, True)])]
+    return {"segments": segments, "device_traces": [trace], "allocator_settings": {"expandable_segments": True}}
+
+
+@pytest.mark.parametrize("free, fraction", [(30, False), (40, True)])
+def test_a_request_maps_from_the_first_gap_with_room_taking_the_free_block_below_it(free, fraction):
+    """The 45 MiB request asks the limit for 46 MiB, yet maps only 40 MiB: the gap below D, with the 10 MiB
+    free above A (find_expandable_block). 40 MiB free on the card had room for that: the fraction refused."""
+    from torchmem.replay.snapshot_trace import snapshot_trace
+
+    trace = snapshot_trace(_gap_oom(free * MiB), "snap")
     assert ("per_process_memory_fraction" in trace.recorded.conf) == fraction
 
 

@@ -91,19 +91,6 @@ DEVIATIONS: tuple[Deviation, ...] = (
         and any(x.startswith("guessed retries") for x in p) and _only_stats(p, {"num_alloc_retries"}),
     ),
     Deviation(
-        "fraction-limit",
-        "a memory fraction (set_per_process_memory_fraction or per_process_memory_fraction) with "
-        "expandable_segments:True. The replay infers the fraction from the trace's refusals "
-        "(torchmem/replay/memory_limit.py): OOMs where the card had room for the request's whole pages, retries "
-        "under the request's own stack where it had, and failures that reserved no range where they would have "
-        "(FailureOffers.unreserved, torchmem/replay/expandable_ranges.py). The reproducer's last OOM had room "
-        "for its request, less the free pages at its range's tail, but not for all its whole pages: the trace's "
-        "alloc entries hold the bytes asked for, not the blocks' sizes, so that tail is not worked out, and no "
-        "fraction is inferred (the replay's notes name the entry).",
-        lambda w, p: (bool(w.fraction) or _conf_has(w, "per_process_memory_fraction"))
-        and _conf_has(w, "expandable_segments:True"),
-    ),
-    Deviation(
         "mid-way-segment-age",
         "a run recorded mid-way (or whose history's ring wrapped) on torch 2.13+: the age of the segments made "
         "before recording began is not in "

@@ -18,11 +18,11 @@ fraction set through the API, nor the limit; its trace bounds the limit:
   limit < reserved at the OOM + alloc_size; with expandable segments the
   device is asked for whole pages, up to alloc_size rounded up to the page,
   so only an OOM with room for those tells (a 12 MiB request on a card with
-  12 MiB free needs a 20 MiB page, and the card refused it); free pages at
-  the range's tail lower that need, and the pass does not work them out
-  (the trace's alloc entries hold the bytes asked for, not the blocks'
-  sizes), so an OOM with room for the request but not its pages is listed
-  as untold;
+  12 MiB free needs a 20 MiB page, and the card refused it); a free block
+  below the request's gap lowers that need, and range_room.py works out the
+  bytes its maps take (Placement.map_bytes); where the trace's maps do not
+  tell them, an OOM with room for the request but not its whole pages is
+  listed as untold;
 - so did every request that released the cache and retried, under its own
   Python stack, where the card had room (refused_retries);
 - so did, with expandable segments, every failed request that would have
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import math
+from typing import Sequence
 
 from torchmem import _C
 from torchmem.replay.capacity import SMALL_PAGE, segment_request
@@ -55,8 +56,8 @@ class LimitBounds:
 
     `untold`: the OOMs (their positions in bounds()'s list) that bound it only
     if the request's range had free pages at its tail: the card had room for
-    the request, not for all of its whole pages. The trace pass does not
-    work that tail out, so their bound is left out.
+    the request, not for all of its whole pages, and the bytes its maps take
+    are not known (bounds()' map_bytes). Their bound is left out.
     """
 
     lo: int
@@ -65,7 +66,8 @@ class LimitBounds:
 
 
 def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
-           large_segment_size: int, refusals: list[tuple[int, int]] = (), maps_pages: bool = False) -> LimitBounds:
+           large_segment_size: int, refusals: list[tuple[int, int]] = (), maps_pages: bool = False,
+           map_bytes: Sequence[int | None] = ()) -> LimitBounds:
     """The limit's bounds from a trace.
 
     `creations`: (reserved before, what it asked of the device) of every
@@ -74,7 +76,9 @@ def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
     device_free) of every OOM; `refusals`: (reserved before, what it asked)
     of every request the limit refused before a retry made its segment
     (refused_retries); `maps_pages`: expandable segments, whose maps take
-    whole pages. Reserved bytes are absolute (start state included).
+    whole pages; `map_bytes`: for each OOM, the bytes its maps would have
+    taken from the card, where known (range_room.Placement.map_bytes).
+    Reserved bytes are absolute (start state included).
     """
     lo = max((reserved + need for reserved, need in creations), default=0)
     hi = min((reserved + need for reserved, need in refusals), default=None)
@@ -82,10 +86,11 @@ def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
     for k, (reserved, size, device_free) in enumerate(ooms):
         need = segment_request(size, large_segment_size)
         page = SMALL_PAGE if size <= _C.rules.SMALL_SIZE else large_segment_size
-        device_need = -(-need // page) * page if maps_pages else need
+        known = map_bytes[k] if maps_pages and k < len(map_bytes) else None
+        device_need = known if known is not None else -(-need // page) * page if maps_pages else need
         if device_free >= device_need:  # the card had room: the allocator's own limit refused
             hi = reserved + need if hi is None else min(hi, reserved + need)
-        elif device_free >= need:
+        elif known is None and device_free >= need:
             untold.append(k)
     return LimitBounds(lo, hi, tuple(untold))
 

@@ -11,19 +11,27 @@ unmapped bytes holds the request is the candidate. With no candidate a new
 range is reserved (a request larger than a range reserves one at each
 attempt, before and after the cache's release).
 
-The trace shows the maps and unmaps, and the live blocks. But an alloc
-entry holds the bytes asked for, not the block's size (rounding, and a
-remainder too small to split, make it larger). So `RangeRoom` takes each
-live block as ending where the bytes asked for end: the most room there
-can be. A claim that no range had room holds; one that a range had room
-may not, and nothing here makes it. A block whose free waits on an event
-counts as live until its free completes. expandable_ranges.py reads it:
-a failure that would have reserved a range.
+The trace shows the maps and unmaps, and the live blocks. An alloc entry
+holds the bytes asked for, not the block's size; under expandable segments
+a block is always split off the start of its free block (should_split: any
+remainder of min_block_size or more), so its size is PyTorch's round_size
+of those bytes (_C.rules.round_sizes, from the core). `RangeRoom` takes
+each live block at that size, and a start block at the size the start state
+gives it. A block whose free waits on an event counts as live until its
+free completes. The candidate then maps the unmapped pages under what the
+request still lacks: from the free block below it, each unmapped gap up to
+the rest in whole pages, each free block above a gap taken as it is
+(allocate_expandable). `Placement.map_bytes` is that sum: what the request
+asked of the card. expandable_ranges.py reads the ranges a failure would
+have reserved; memory_limit.py reads the bytes, to tell the card's refusal
+from the memory fraction's.
 """
 from __future__ import annotations
 
 import bisect
 from typing import NamedTuple
+
+from torchmem import _C
 
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.replay.expandable_ranges import SMALL_REQUEST, map_events, request_pools
@@ -73,6 +81,8 @@ class Placement(NamedTuple):
     # the ranges it would reserve, and keep unmapped where its maps fail: none where a range had room; one
     # where none had; two where it is larger than a range
     new_ranges: int
+    # the bytes its maps would take from the card (Note above); None where it is larger than a range
+    map_bytes: int | None
 
 
 class RangeRoom:
@@ -82,8 +92,9 @@ class RangeRoom:
     entries): then request() answers None.
     """
 
-    def __init__(self, b: TracePass, start: StartState, capacity: int, large_page: int) -> None:
+    def __init__(self, b: TracePass, start: StartState, capacity: int, large_page: int, conf: str) -> None:
         events = map_events(b)
+        self.conf = conf
         self.ok = events is not None
         self.cols = b.events
         self.pools = request_pools(self.cols.ops, self.cols.ids)
@@ -125,14 +136,18 @@ class RangeRoom:
         if not self.ok:
             return None
         small = size <= SMALL_REQUEST
-        mine = [r for r in self.ranges if r.key == (self.pools[pos], stream, small)]
-        return _placement(mine, self.live, size, self.sizes[small])
+        mine = sorted((r for r in self.ranges if r.key == (self.pools[pos], stream, small)), key=lambda r: r.base)
+        inside = [(a, n) for a, n in self.live.values() if any(r.base <= a < r.end for r in mine)]
+        rounded = _C.rules.round_sizes([n for _, n in inside] + [size], self.conf)
+        blocks = sorted((a, a + n) for (a, _), n in zip(inside, rounded))
+        return _placement(mine, blocks, rounded[-1], self.sizes[small], SMALL_PAGE if small else self.large_page)
 
 
-def oom_placements(b: TracePass, start: StartState, capacity: int, large_page: int) -> list[Placement | None]:
+def oom_placements(b: TracePass, start: StartState, capacity: int, large_page: int,
+                   conf: str) -> list[Placement | None]:
     """For each OOM of the pass (b.ooms, in order): where its request would have mapped at the failure; None
-    where the trace does not tell (RangeRoom.ok)."""
-    room = RangeRoom(b, start, capacity, large_page)
+    where the trace does not tell (RangeRoom.ok). `conf`: the recorded settings, which round the blocks."""
+    room = RangeRoom(b, start, capacity, large_page, conf)
     out = []
     for o in b.ooms:
         room.advance(o.index)
@@ -147,21 +162,43 @@ def _start_range(r: StartRange, b: TracePass, size: int) -> _Range:
     return out
 
 
-def _placement(ranges: list[_Range], live: dict[int, tuple[int, int]], size: int, range_bytes: int) -> Placement:
-    """Whether find_expandable_block has a candidate for `size` bytes (Note above), each live block ending where
-    the bytes asked for end; else how many ranges the request reserves."""
-    rooms = []
+def _placement(ranges: list[_Range], blocks: list[tuple[int, int]], size: int, range_bytes: int,
+               page: int) -> Placement:
+    """find_expandable_block's candidate for a request of `size` bytes (rounded) among `ranges` (in address
+    order), `blocks` the live blocks in them ([start, end), sorted), and what it maps; else how many ranges the
+    request reserves, and the pages of a new one."""
+    starts = [a for a, _ in blocks]
     for r in ranges:
-        blocks = sorted((a, s) for a, s in live.values() if r.base <= a < r.end)
-        starts = [a for a, _ in blocks]
-        block_ends = sorted(a + s for a, s in blocks)
-        for lo, hi in r.gaps():
-            k = bisect.bisect_right(block_ends, lo)
-            run_start = max((a for a, end in r.runs if end == lo), default=lo)
-            begin = max(block_ends[k - 1] if k else r.base, run_start)  # the free block below joins
-            k = bisect.bisect_left(starts, hi)
-            room = (starts[k] if k < len(starts) else r.end) - begin
-            rooms.append(room)
-    if any(room >= size for room in rooms):
-        return Placement(0)
-    return Placement(2 if size > range_bytes else 1)
+        lows = [lo for lo, _ in r.gaps()]
+        for lo in lows:
+            k = bisect.bisect_right(blocks, (lo, lo)) - 1  # the last block starting at or below lo
+            below = max(blocks[k][1] if k >= 0 and blocks[k][1] <= lo else r.base, _run_start(r, lo))
+            above = starts[bisect.bisect_left(starts, lo)] if bisect.bisect_left(starts, lo) < len(starts) else r.end
+            if min(above, r.end) - below >= size:  # the free block below joins
+                return Placement(0, _map_bytes(r, starts, lo - below, lo, size, page))
+    if size > range_bytes:
+        return Placement(2, None)
+    return Placement(1, -(-size // page) * page)
+
+
+def _run_start(r: _Range, lo: int) -> int:
+    """Where the mapped run ending at `lo` starts (`lo` where none does)."""
+    return max((a for a, end in r.runs if end == lo), default=lo)
+
+
+def _map_bytes(r: _Range, starts: list[int], covered: int, lo: int, size: int, page: int) -> int:
+    """The bytes a request of `size` maps from the gap at `lo` on, with `covered` free bytes below it: each gap
+    up to what it still lacks, in whole pages; the free bytes above a gap, to the next block or gap, count."""
+    mapped = 0
+    gaps = [g for g in r.gaps() if g[0] >= lo]
+    for n, (glo, ghi) in enumerate(gaps):
+        take = min(-(-(size - covered) // page) * page, ghi - glo)
+        mapped, covered = mapped + take, covered + take
+        if covered >= size:
+            break
+        k = bisect.bisect_left(starts, ghi)
+        following = min(starts[k] if k < len(starts) else r.end, gaps[n + 1][0] if n + 1 < len(gaps) else r.end)
+        covered += following - ghi
+        if covered >= size:
+            break
+    return mapped

@@ -176,7 +176,7 @@ def _untold_oom(ooms: list[dict], limits: LimitBounds, capacity: int | None, con
         return None
     return (f"entry {o['entry']}: an out-of-memory with {o['device_free'] / 2**20:.1f} MiB free on the card, less than "
             "the whole pages the request may have mapped: the memory fraction refused it only if its range had free "
-            "pages at its tail, which this replay does not work out from the trace; replayed as the card's refusal")
+            "pages at its tail, which this trace's maps do not tell; replayed as the card's refusal")
 
 
 def large_segment_size(conf: str) -> int:
@@ -282,13 +282,13 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
     large = large_segment_size(conf or "")
     # Note [Where a request of an expandable stream maps]
-    placements = oom_placements(b, start, capacity, large) if expandable and ooms and capacity else []
+    placements = oom_placements(b, start, capacity, large, conf or "") if expandable and ooms and capacity else []
     reserves = {o["index"]: p.new_ranges for o, p in zip(ooms, placements) if p}
     offers = (failure_offers(b, start, capacity, large, reserves)
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     refusals += _unreserved_refusals(ooms, offers.unreserved, large)
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], large, refusals,
-                    maps_pages=expandable)
+                    maps_pages=expandable, map_bytes=[p.map_bytes if p else None for p in placements])
     configured = conf_fraction(conf or "")
     if ooms and not held and configured is not None:
         card = card_for_fraction(configured, capacity, limits)

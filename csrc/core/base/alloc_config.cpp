@@ -300,6 +300,29 @@ size_t allocation_size(size_t size, size_t large_segment_size) {
   return (size + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
+namespace {
+
+size_t round_up_pow2(size_t n, size_t m) { return (n + m - 1) & ~(m - 1); }
+
+// The next multiple of power_of_two_floor(size) / divisions at or above size.
+size_t roundup_power2_next_division(size_t size, size_t divisions) {
+  if ((size & (size - 1)) == 0) return size;
+  const size_t floor = size_t(1) << log2_floor(size);
+  const size_t step = floor / divisions;
+  if (step == 0) return floor << 1;
+  const size_t rounded_floor = size & ~(step - 1);
+  return rounded_floor == size ? size : rounded_floor + step;
+}
+
+}  // namespace
+
+size_t round_request(size_t size, const AllocatorConfig& c) {
+  if (size < c.min_block_size) return c.min_block_size;
+  const size_t divisions = c.divisions_for(size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+  return round_up_pow2(size, c.min_block_size);
+}
+
 size_t expandable_pages(size_t device_bytes, size_t page) {
   const size_t reach = device_bytes + device_bytes / 8;
   return reach / page + (reach % page != 0);

@@ -116,6 +116,11 @@ std::vector<std::string> config_items(const std::string& text);
 // to kRoundLarge.
 size_t allocation_size(size_t size, size_t large_segment_size);
 
+// PyTorch's round_size: the block a request of `size` bytes takes under `c`:
+// at least min_block_size, rounded up to it, or to the next power-of-two
+// division where roundup_power2_divisions gives its interval more than one.
+size_t round_request(size_t size, const AllocatorConfig& c);
+
 // The pages of one expandable segment on a device of `device_bytes`: PyTorch
 // reserves 9/8 of the device's memory per segment (find_expandable_space),
 // rounded up to whole pages of `page` bytes.

@@ -48,18 +48,6 @@ uint64_t next_segment_rank() {
 
 constexpr size_t kMaxRequest = size_t(1) << 60;
 
-size_t round_up_pow2(size_t n, size_t m) { return (n + m - 1) & ~(m - 1); }
-
-// The next multiple of power_of_two_floor(size) / divisions at or above size.
-size_t roundup_power2_next_division(size_t size, size_t divisions) {
-  if ((size & (size - 1)) == 0) return size;
-  const size_t floor = size_t(1) << (63 - __builtin_clzll(size));
-  const size_t step = floor / divisions;
-  if (step == 0) return floor << 1;
-  const size_t rounded_floor = size & ~(step - 1);
-  return rounded_floor == size ? size : rounded_floor + step;
-}
-
 }  // namespace
 
 CachingAllocator::CachingAllocator(Device& device, AllocatorConfig config)
@@ -91,12 +79,6 @@ CachingAllocator::~CachingAllocator() {
 }
 
 static_assert(sizeof(Block) <= NodePool::kChunk, "a Block must fit a node-pool chunk");
-
-size_t CachingAllocator::round_size_by_divisions(size_t size) const {
-  const size_t divisions = config_.divisions_for(size);
-  if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
-  return round_up_pow2(size, config_.min_block_size);
-}
 
 inline CachingAllocator::Request CachingAllocator::make_request(size_t size, Stream stream) {
   Request r{size, 0, 0, stream, nullptr};

@@ -148,10 +148,9 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   size_t round_size(size_t size) const {
     const size_t granule = config_.min_block_size;  // a power of two
     if (size < granule) return granule;
-    if (rounds_power2_divisions_) return round_size_by_divisions(size);
+    if (rounds_power2_divisions_) return round_request(size, config_);
     return (size + granule - 1) & ~(granule - 1);
   }
-  size_t round_size_by_divisions(size_t size) const;
   [[noreturn]] void throw_oom(const Request& r);
   size_t largest_free_block_locked() const;
   std::vector<SegmentInfo> segments_locked() const;
