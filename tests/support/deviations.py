@@ -31,13 +31,6 @@ def _differences(problems: list[str]) -> list[str]:
     return [p for p in problems if not p.startswith(("guessed", "rebuilt"))]  # both kinds of "guessed ..." line
 
 
-def _start_range_moved(problems: list[str]) -> bool:
-    """Whether the replay rebuilt a start range as fixed segments, or the trace first differs at a map or unmap."""
-    return any(p.startswith("rebuilt") for p in problems) or any(
-        re.match(r"trace differs at entry \d+ of \d+: native \('segment_(map|unmap)'", p)
-        or re.search(r", replay \('segment_(map|unmap)'", p) for p in problems if p.startswith("trace differs"))
-
-
 def _guessed_first(problems: list[str]) -> bool:
     """Whether the replay chose between start segments of unknown age at or before the first difference."""
     guessed = [int(m) for p in problems for m in re.findall(r"^guessed start segments' ages at entry (\d+)", p)]
@@ -99,16 +92,6 @@ DEVIATIONS: tuple[Deviation, ...] = (
         "chose (Note [Start segments' ages]); a case counts here only where that choice came at or before the "
         "first difference.",
         lambda w, p: not w.from_start and _guessed_first(p)
-        and all(x.startswith(("trace differs", "final segments")) for x in _differences(p)),
-    ),
-    Deviation(
-        "expandable-start-range",
-        "a run recorded mid-way (or whose ring wrapped) with expandable_segments:True. A range that existed when "
-        "recording began shows only the pages mapped then, and its base lies at or below the lowest of them. "
-        "Where pages below them were released before recording began, or ranges near it were given back and "
-        "reserved again during the trace, the trace does not always pin its base: the replay reserves the range "
-        "elsewhere, or rebuilds it as fixed segments and says so, and a later map, unmap or placement differs.",
-        lambda w, p: _conf_has(w, "expandable_segments:True") and not w.from_start and _start_range_moved(p)
         and all(x.startswith(("trace differs", "final segments")) for x in _differences(p)),
     ),
     Deviation(

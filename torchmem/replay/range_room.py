@@ -83,6 +83,8 @@ class Placement(NamedTuple):
     new_ranges: int
     # the bytes its maps would take from the card (Note above); None where it is larger than a range
     map_bytes: int | None
+    # the base of the range it would map in; None where it reserves one
+    base: int | None = None
 
 
 class RangeRoom:
@@ -127,6 +129,10 @@ class RangeRoom:
             elif cols.ops[k] in (FREE, FREE_AT_SYNC):
                 self.live.pop(cols.ids[k], None)
         self.pos = max(self.pos, pos)
+
+    def keep(self, base: int, key: tuple[int, int, bool]) -> None:
+        """Adds a range no page of which is mapped (kept_ranges.py)."""
+        self.ranges.append(_Range(base, base + self.sizes[key[2]], key))
 
     def range_at(self, addr: int) -> _Range | None:
         return next((r for r in self.ranges if r.base <= addr < r.end), None)
@@ -175,7 +181,7 @@ def _placement(ranges: list[_Range], blocks: list[tuple[int, int]], size: int, r
             below = max(blocks[k][1] if k >= 0 and blocks[k][1] <= lo else r.base, _run_start(r, lo))
             above = starts[bisect.bisect_left(starts, lo)] if bisect.bisect_left(starts, lo) < len(starts) else r.end
             if min(above, r.end) - below >= size:  # the free block below joins
-                return Placement(0, _map_bytes(r, starts, lo - below, lo, size, page))
+                return Placement(0, _map_bytes(r, starts, lo - below, lo, size, page), r.base)
     if size > range_bytes:
         return Placement(2, None)
     return Placement(1, -(-size // page) * page)

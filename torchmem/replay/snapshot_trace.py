@@ -42,6 +42,7 @@ from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_sp
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
                                          infer_fraction, refused_retries)
 from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
+from torchmem.replay.kept_ranges import kept_ranges
 from torchmem.replay.range_room import oom_placements
 from torchmem.replay.release_runs import ReleaseRun
 from torchmem.replay.retries import retry_runs, unsettled_runs
@@ -281,6 +282,13 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                                capacity - held if ooms else None, collects)
     retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
     large = large_segment_size(conf or "")
+    if expandable and capacity:  # Note [Ranges kept unmapped from before recording]
+        kept = kept_ranges(b, start, capacity, large, conf or "")
+        start.ranges += kept
+        if kept:
+            start.notes.append(f"{len(kept)} expandable range{'s' if len(kept) != 1 else ''} reserved before recording "
+                               "began and never mapped, rebuilt where the trace first maps in "
+                               f"{'them' if len(kept) != 1 else 'it'}")
     # Note [Where a request of an expandable stream maps]
     placements = oom_placements(b, start, capacity, large, conf or "") if expandable and ooms and capacity else []
     reserves = {o["index"]: p.new_ranges for o, p in zip(ooms, placements) if p}
