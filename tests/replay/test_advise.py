@@ -124,3 +124,35 @@ def test_other_settings_over_a_rebuilt_start_never_corrupt_the_allocator(tmp_pat
     # Near the OOM: under the recorded setting some of these capacities run out of memory and some complete.
     assert outcomes[""] == {True, False}
     assert len(outcomes) == len(candidates("")) > 1
+
+
+def _release_before_a_segment(stacks: bool) -> dict:
+    """A 600 MiB segment freed and released, then a 700 MiB segment: without Python stacks the release may
+    have been the program's empty_cache() or the allocator's retry (tests/support/indistinguishable.py)."""
+    MiB, low, high = 1 << 20, 0x7F0000000000, 0x7F0040000000
+    frames = [{"filename": "train.py", "line": 1, "name": "step"}] if stacks else []
+    entry = lambda action, addr, size: {"action": action, "addr": addr, "size": size * MiB, "stream": 0,
+                                        "frames": frames}
+    trace = [entry("segment_alloc", low, 600), entry("alloc", low, 600), entry("free_requested", low, 600),
+             entry("free_completed", low, 600), entry("segment_free", low, 600), entry("segment_alloc", high, 700),
+             entry("alloc", high, 700)]
+    segment = {"address": high, "total_size": 700 * MiB, "stream": 0, "segment_type": "large", "device": 0,
+               "allocated_size": 700 * MiB, "active_size": 700 * MiB, "requested_size": 700 * MiB,
+               "blocks": [{"address": high, "size": 700 * MiB, "requested_size": 700 * MiB,
+                           "state": "active_allocated"}]}
+    return {"segments": [segment], "device_traces": [trace], "allocator_settings": {}}
+
+
+@pytest.mark.parametrize("stacks", [False, True])
+def test_advise_marks_every_row_where_the_recording_could_not_settle_a_release(stacks):
+    from torchmem.replay.advise import search
+    from torchmem.replay.advise_words import verdict
+
+    trace = snapshot_trace(_release_before_a_segment(stacks), "snap")
+    rows = [search(trace, conf, capacity="1GiB") for conf in ("", "max_split_size_mb:64")]
+    assert all(r.guessed_at == (None if stacks else 5) for r in rows)
+    assert all(("[guess]" in r.summary()) != stacks for r in rows)
+    marked = [line for line in verdict(rows) if "[guess]" in line]
+    assert marked == ([] if stacks else [
+        "Rows marked [guess] rest on a choice the snapshot cannot settle, first at entry 5: whether a run of "
+        "releases before a new segment was an allocation retry."])

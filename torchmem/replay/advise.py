@@ -66,9 +66,11 @@ class Advice:
     capacity: int              # the reference capacity: the snapshot's, the given one, or 80 GiB
     recorded: bool = False     # the run's own setting (a snapshot's recorded one, or PyTorch's defaults if it does not say)
     replays: int = 0
-    # The first trace entry where one of its replays chose between two segments of the start state whose
-    # ages the snapshot lacks (Note [Start segments' ages]); None: its figures rest on no such guess.
+    # The first trace entry where its figures rest on a choice the snapshot cannot settle: one of its replays
+    # chose between two segments of the start state whose ages the snapshot lacks (Note [Start segments'
+    # ages]), or the recording's own guess (RecordedRun.guess); None: they rest on no such guess.
     guessed_at: int | None = None
+    guess: str = ""  # what that choice was between
 
     @property
     def policy(self) -> str:
@@ -78,7 +80,7 @@ class Advice:
     def to_json(self) -> dict:
         return {"conf": self.conf, "min_capacity": self.min_capacity, "peak_reserved": self.peak_reserved,
                 "completes": self.completes, "capacity": self.capacity, "recorded": self.recorded,
-                "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at}
+                "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at, "guess": self.guess}
 
     def summary(self) -> str:
         conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
@@ -262,10 +264,19 @@ def search(
     return _search(trace, conf, parse_capacity(capacity), in_use_by_others, skip_bad_events, own)
 
 
+# What a start-age guess chose between (Note [Start segments' ages]).
+START_AGE_GUESS = "equal free blocks in two segments made before recording began, whose ages it does not hold"
+
+
 def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bool, recorded: bool) -> Advice:
     """Bisection for the least capacity on the grid at which the trace completes under `conf`."""
     replays = 0
-    guesses: list[int] = []  # each replay's first start-age guess (Note [Start segments' ages])
+    # (entry, what it chose between): the recording's own guess, then each replay's first start-age guess
+    guesses: list[tuple[int, str]] = [trace.recorded.guess] if trace.recorded and trace.recorded.guess else []
+
+    def advice(need: int | None, peak: int) -> Advice:
+        first = min(guesses, default=(None, ""))
+        return Advice(conf, need, peak, completes, reference, recorded, replays, first[0], first[1])
 
     def attempt(capacity: int):
         nonlocal replays
@@ -277,7 +288,7 @@ def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bo
                 return None  # the start state or the memory of others does not even fit
             raise
         if result.start_age_guess_entry is not None:
-            guesses.append(result.start_age_guess_entry)
+            guesses.append((result.start_age_guess_entry, START_AGE_GUESS))
         return result
 
     at_reference = attempt(reference)
@@ -288,7 +299,7 @@ def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bo
     while best is None or not best.completed:
         if hi > reference * MAX_GROWTH:
             peak = at_reference.peak_reserved if at_reference else 0
-            return Advice(conf, None, peak, completes, reference, recorded, replays, min(guesses, default=None))
+            return advice(None, peak)
         hi *= 2
         best = attempt(hi)
     # lo: a grid capacity at which it fails. Nothing completes below its peak of allocated bytes.
@@ -307,7 +318,7 @@ def _search(trace: Trace, conf: str, reference: int, others: int | str, skip: bo
         else:
             lo = mid
     peak = at_reference.peak_reserved if completes else best.peak_reserved
-    return Advice(conf, hi, peak, completes, reference, recorded, replays, min(guesses, default=None))
+    return advice(hi, peak)
 
 
 def _up(n: int) -> int:

@@ -48,10 +48,10 @@ def verdict(rows: list) -> list[str]:
             if stitched.min_capacity < reference_row.min_capacity else ", no less than the best PyTorch setting")
         lines.append(f"With torchmem installed: TORCHMEM_ALLOC_CONF={stitched.conf} needs {fmt_size(stitched.min_capacity)}"
                      f"{versus} (docs/stitch.md).")
-    guessed = [r.guessed_at for r in rows if r.guessed_at is not None]
+    guessed = [(r.guessed_at, r.guess) for r in rows if r.guessed_at is not None]
     if guessed:
-        lines.append(f"Rows marked [guess] rest on a choice the snapshot cannot settle, first at entry {min(guessed)}: "
-                     "equal free blocks in two segments made before recording began, whose ages it does not hold.")
+        entry, what = min(guessed)
+        lines.append(f"Rows marked [guess] rest on a choice the snapshot cannot settle, first at entry {entry}: {what}.")
     first = rows[0]
     if not any(r.completes for r in rows) and first.min_capacity is not None:
         lines.append(f"None completes on {fmt_size(reference)}: the least any needs is {fmt_size(first.min_capacity)} "

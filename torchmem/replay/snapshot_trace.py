@@ -74,6 +74,9 @@ class RecordedRun:
     device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.snapshot_devices' rule
     retry_releases: list = field(default_factory=list)  # runs of releases a new segment followed (retries.py)
     start_reserved: int = 0                  # reserved when recording began
+    # (trace entry, what it chose between) of the first choice the snapshot cannot settle that every replay
+    # rests on: UNTOLD_GUESS or RETRY_GUESS; None where there is none
+    guess: tuple[int, str] | None = None
 
     def entry_of(self, event: int | None) -> int | None:
         """The trace entry of replay event `event`."""
@@ -164,20 +167,27 @@ def _unreserved_refusals(ooms: list[dict], unreserved: tuple[int, ...], large: i
 
 
 def _untold_oom(ooms: list[dict], limits: LimitBounds, capacity: int | None, conf: str | None,
-                large: int) -> str | None:
-    """A note on the first OOM whose bound on the memory fraction the replay leaves out (LimitBounds.untold),
-    where counting it would give another fraction; None where there is none."""
+                large: int) -> dict | None:
+    """The first OOM whose bound on the memory fraction the replay leaves out (LimitBounds.untold), where
+    counting it would give another fraction; None where there is none."""
     if not limits.untold or capacity is None:
         return None
     o = ooms[limits.untold[0]]
-    counted = bounds([], [(o["reserved"], o["size"], o["device_free"])], large)
-    told = LimitBounds(limits.lo, counted.hi if limits.hi is None else min(limits.hi, counted.hi))
+    hi = o["reserved"] + segment_request(o["size"], large)  # its bound, had the fraction refused it
+    told = LimitBounds(limits.lo, hi if limits.hi is None else min(limits.hi, hi))
     fraction = conf_fraction(conf or "")
-    if infer_fraction(capacity, told, fraction)[0] == fraction:
-        return None
+    return None if infer_fraction(capacity, told, fraction)[0] == fraction else o
+
+
+def _untold_note(o: dict) -> str:
     return (f"entry {o['entry']}: an out-of-memory with {o['device_free'] / 2**20:.1f} MiB free on the card, less than "
             "the whole pages the request may have mapped: the memory fraction refused it only if its range had free "
             "pages at its tail, which this trace's maps do not tell; replayed as the card's refusal")
+
+
+# What a recording's guesses chose between (RecordedRun.guess): every replay of the trace rests on them.
+UNTOLD_GUESS = "whether the card or the memory fraction refused an out-of-memory, which sets the fraction replayed"
+RETRY_GUESS = "whether a run of releases before a new segment was an allocation retry"
 
 
 def large_segment_size(conf: str) -> int:
@@ -305,6 +315,9 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             offers = failure_offers(b, start, capacity, large) if expandable else NO_OFFERS  # ranges of that card
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
     untold = _untold_oom(ooms, limits, capacity, conf, large)
+    unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
+    guesses = [(untold["entry"], UNTOLD_GUESS)] if untold else []
+    guesses += [(b.events.entries[unsettled[0].position], RETRY_GUESS)] if unsettled else []
     card, card_from = card_of(capacity, capacity_from, peak_reserved)
     # The ranges' spacing tells the card to within a large page, as an OOM does (capacity.py).
     retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card,
@@ -322,7 +335,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                            empty_cache_calls=b.empty_cache_calls, entries=len(entries),
                            max_address=max(b.max_address, final_end, offers.floor),
                            retry_releases=retry_releases, start_reserved=start.reserved,
-                           event_entries=cols[5], device_choice=choice.describe())
+                           event_entries=cols[5], device_choice=choice.describe(), guess=min(guesses, default=None))
     notes = []
     if fraction_from == "inferred":
         shown = f"{conf_fraction(conf):.4g}"
@@ -330,13 +343,12 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                      "recording's refusals; a snapshot does not record one set by "
                      "torch.cuda.set_per_process_memory_fraction)")
     if untold:
-        notes.append(untold)
+        notes.append(_untold_note(untold))
     if b.pools_inferred:
         pools = b.pools - 1
         notes.append(f"{pools} private pool{'s' if pools != 1 else ''} (CUDA graphs or torch.cuda.MemPool): this release records "
                      "no pool_id in its trace, so each allocation's pool comes from the final segment that holds it; "
                      "allocations in segments freed before the end are replayed in the default pool")
-    unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
     if unsettled:
         n = len(unsettled)
         notes.append(f"entry {b.events.entries[unsettled[0].position]}: a run of releases before a new segment, "
