@@ -37,38 +37,17 @@ the fraction refused it (FailureOffers.unreserved, memory_limit.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from torchmem import _C
-from torchmem.replay.capacity import SMALL_PAGE, range_size
-from torchmem.trace_types import ALLOC, FAILED_ALLOC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
-
+from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom, map_events
 from torchmem.replay.start_state import StartState
 from torchmem.replay.trace_pass import TracePass
-
-SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
-_ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
+from torchmem.trace_types import FAILED_ALLOC, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
 
-@dataclass
-class _Range:
-    base: int
-    end: int
-    key: tuple[int, int, bool]  # (the replay's pool index, stream, is_small)
-    mapped: int                 # bytes mapped now
-
-
-def _find(ranges: list[_Range], addr: int) -> _Range | None:
-    for r in ranges:
-        if r.base <= addr < r.end:
-            return r
-    return None
-
-
-def _overlaps(ranges: list[_Range], base: int, end: int) -> bool:
-    return any(r.base < end and base < r.end for r in ranges)
+def _overlaps(ranges: list[tuple[int, int]], base: int, end: int) -> bool:
+    return any(lo < end and base < hi for lo, hi in ranges)
 
 
 class FailureOffers(NamedTuple):
@@ -83,54 +62,40 @@ class FailureOffers(NamedTuple):
 NO_OFFERS = FailureOffers([], 0)
 
 
-def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_page: int,
+def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_page: int, conf: str,
                    reserves: Mapping[int, int] = MappingProxyType({})) -> FailureOffers:
     """The range bases a failed request may reserve (Note [Expandable ranges in a snapshot]).
 
     For each failed request of the pass's events, the bases of the ranges of
     its stream and pool that the trace maps first later, each to be offered
     just before it. Nothing when the card's size is not known (`capacity`
-    None) or no request failed. `reserves`: how many ranges each failed
+    None) or no request failed. `conf`: the recorded settings (RangeRoom).
+    `reserves`: how many ranges each failed
     request (by position) would have reserved (range_room.Placement.new_ranges),
     from which `unreserved` follows.
     """
     cols = b.events
     if capacity is None or not any(op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC) for op in cols.ops):
         return NO_OFFERS
-    sizes = {True: range_size(capacity, SMALL_PAGE), False: range_size(capacity, large_page)}
-    live: list[_Range] = []
-    for r in start.ranges:
-        live.append(_Range(r.base, r.base + sizes[r.is_small], (0, r.stream, r.is_small), sum(s for _, s in r.runs)))
-    events = map_events(b)
-    if events is None:
+    room = RangeRoom(b, start, capacity, large_page, conf)
+    if not room.ok:
         return NO_OFFERS  # out of step with the trace (skipped bad entries): offer nothing
-    fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
-    failures: list[tuple[int, tuple[int, int, bool], list[_Range]]] = []  # (position, key, ranges live then)
-    pools = request_pools(cols.ops, cols.ids)
-    at = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events}
+    failures: list[tuple[int, tuple[int, int, bool], list[tuple[int, int]]]] = []  # (position, key, ranges then)
     for pos, op in enumerate(cols.ops):
-        if pos in at:
-            action, addr, size, stream, pool = at[pos]
-            r = _find(live, addr)
-            if action == "segment_map":
-                if r is None:
-                    key = (pool, stream, size < large_page)
-                    r = _Range(addr, addr + sizes[key[2]], key, 0)
-                    live.append(r)
-                    fresh.setdefault(key, []).append((pos, addr))
-                r.mapped += size
-            elif r is not None:
-                r.mapped -= size
-                if r.mapped <= 0:  # none of its pages mapped: PyTorch gives the range back
-                    live.remove(r)
-        elif op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC):
-            key = (pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
-            failures.append((pos, key, list(live)))
+        if op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC):
+            room.advance(pos)
+            key = (room.pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
+            failures.append((pos, key, [(r.base, r.end) for r in room.ranges]))
+    room.advance(len(cols.ops))
+    fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
+    for pos, base, key in room.opened:
+        fresh.setdefault(key, []).append((pos, base))
     # A range the replay reserves where nothing was offered (one a failed request reserved and the
     # trace never maps) takes fresh addresses above the floor: above every recorded range's end, so
     # that it never stands where a recorded range is reserved later.
-    ends = [base + sizes[key[2]] for key, firsts in fresh.items() for _, base in firsts]
-    floor = max([0, *ends, *(r.end for r in live)])
+    sizes = room.sizes
+    ends = [base + sizes[key[2]] for _, base, key in room.opened]
+    floor = max([0, *ends, *(r.end for r in room.ranges)])
     inserts: list[tuple[int, list[tuple[int, int]]]] = []  # (position, [(base, stream)])
     placed: dict[tuple[int, int, bool], list[tuple[int, list[int] | None]]] = {}  # key -> (position, bases)
     for pos, key, live_then in failures:
@@ -185,51 +150,12 @@ def _unreserved(openings: list[tuple[int, int]], placed: list[tuple[int, list[in
     return out
 
 
-def map_events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
-    """(position, action, addr, size, stream, pool) of every map and unmap, in trace order; None when the
-    events and b.maps are out of step (skipped bad entries)."""
-    cols = b.events
-    pools = request_pools(cols.ops, cols.ids)
-    out = []
-    k = 0
-    for pos, op in enumerate(cols.ops):
-        if op == SEGMENT_ADDRESS and cols.sizes[pos] == 0:
-            if k >= len(b.maps) or b.maps[k][0] != "segment_map" or b.maps[k][1] != cols.addrs[pos]:
-                return None
-        elif op == RELEASE_SEGMENT:
-            if k >= len(b.maps) or b.maps[k][0] != "segment_unmap" or b.maps[k][1] != cols.addrs[pos]:
-                continue  # a fixed segment's segment_free
-        else:
-            continue
-        action, addr, size, stream = b.maps[k]
-        k += 1
-        out.append((pos, action, addr, size, stream, pools[pos]))
-    return out if k == len(b.maps) else None
-
-
-def request_pools(ops: list[int], ids: list[int]) -> list[int]:
-    """The replay's pool of the request each event belongs to: a map's is the request after it (the
-    trace enters a request's pool at the request, after the maps it made)."""
-    now, at_request = 0, []
-    for op, id_ in zip(ops, ids):
-        if op == POOL:
-            now = id_
-        at_request.append(now)
-    out = [0] * len(ops)
-    following = at_request[-1] if ops else 0
-    for pos in range(len(ops) - 1, -1, -1):
-        if ops[pos] in _ALLOCATING:
-            following = at_request[pos]
-        out[pos] = following
-    return out
-
-
 def _offer_pending(ops: list[int], sizes: list[int], pos: int) -> bool:
     """Whether a recorded range address is offered after the last request before `pos`, and no release
     after it: a map before the request's own release was its first try (Note [A failed map's own
     release], trace_pass.py), and the try after the release may reserve a range anew."""
     for k in range(pos - 1, -1, -1):
-        if ops[k] in _ALLOCATING or ops[k] == RELEASE_SEGMENT:
+        if ops[k] in ALLOCATING or ops[k] == RELEASE_SEGMENT:
             return False
         if ops[k] == SEGMENT_ADDRESS:
             return True

@@ -18,11 +18,10 @@ overlap a range live then.
 """
 from __future__ import annotations
 
-from torchmem.replay.expandable_ranges import SMALL_REQUEST, map_events
-from torchmem.replay.range_room import RangeRoom
+from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom, map_events
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass
-from torchmem.trace_types import ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC
+from torchmem.trace_types import FAILED_ALLOC, SURVIVED_FAILED_ALLOC
 
 
 def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int, conf: str) -> list[StartRange]:
@@ -57,4 +56,4 @@ def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int,
 
 def _request_after(ops: tuple[int, ...], pos: int) -> int | None:
     """The position of the request a map at `pos` served: the next allocation or failed one."""
-    return next((k for k in range(pos + 1, len(ops)) if ops[k] in (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)), None)
+    return next((k for k in range(pos + 1, len(ops)) if ops[k] in ALLOCATING), None)

@@ -22,9 +22,11 @@ free completes. The candidate then maps the unmapped pages under what the
 request still lacks: from the free block below it, each unmapped gap up to
 the rest in whole pages, each free block above a gap taken as it is
 (allocate_expandable). `Placement.map_bytes` is that sum: what the request
-asked of the card. expandable_ranges.py reads the ranges a failure would
-have reserved; memory_limit.py reads the bytes, to tell the card's refusal
-from the memory fraction's.
+asked of the card. `RangeRoom` is the one walk of a trace's maps:
+expandable_ranges.py reads the ranges live at each failure and those the
+maps open, and the ranges a failure would have reserved; kept_ranges.py
+the ranges a request passed over; memory_limit.py the bytes, to tell the
+card's refusal from the memory fraction's.
 """
 from __future__ import annotations
 
@@ -34,10 +36,53 @@ from typing import NamedTuple
 from torchmem import _C
 
 from torchmem.replay.capacity import SMALL_PAGE, range_size
-from torchmem.replay.expandable_ranges import SMALL_REQUEST, map_events, request_pools
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import TracePass
-from torchmem.trace_types import ALLOC, FREE, FREE_AT_SYNC
+from torchmem.trace_types import (ALLOC, FAILED_ALLOC, FREE, FREE_AT_SYNC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS,
+                                  SURVIVED_FAILED_ALLOC)
+
+SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
+ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
+
+
+def map_events(b: TracePass) -> list[tuple[int, str, int, int, int, int]] | None:
+    """(position, action, addr, size, stream, pool) of every map and unmap, in trace order; None when the
+    events and b.maps are out of step (skipped bad entries)."""
+    cols = b.events
+    pools = request_pools(cols.ops, cols.ids)
+    out = []
+    k = 0
+    for pos, op in enumerate(cols.ops):
+        if op == SEGMENT_ADDRESS and cols.sizes[pos] == 0:
+            if k >= len(b.maps) or b.maps[k][0] != "segment_map" or b.maps[k][1] != cols.addrs[pos]:
+                return None
+        elif op == RELEASE_SEGMENT:
+            if k >= len(b.maps) or b.maps[k][0] != "segment_unmap" or b.maps[k][1] != cols.addrs[pos]:
+                continue  # a fixed segment's segment_free
+        else:
+            continue
+        action, addr, size, stream = b.maps[k]
+        k += 1
+        out.append((pos, action, addr, size, stream, pools[pos]))
+    return out if k == len(b.maps) else None
+
+
+def request_pools(ops: list[int], ids: list[int]) -> list[int]:
+    """The replay's pool of the request each event belongs to: a map's is the request after it (the
+    trace enters a request's pool at the request, after the maps it made)."""
+    now, at_request = 0, []
+    for op, id_ in zip(ops, ids):
+        if op == POOL:
+            now = id_
+        at_request.append(now)
+    out = [0] * len(ops)
+    following = at_request[-1] if ops else 0
+    for pos in range(len(ops) - 1, -1, -1):
+        if ops[pos] in ALLOCATING:
+            following = at_request[pos]
+        out[pos] = following
+    return out
+
 
 
 class _Range:
@@ -106,6 +151,7 @@ class RangeRoom:
         self.live = {id_: (addr, size) for r in start.ranges for id_, (addr, size, _) in zip(r.ids, r.blocks)}
         self.maps = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events or []}
         self.pos = 0  # the events before it are walked
+        self.opened: list[tuple[int, int, tuple[int, int, bool]]] = []  # (position, base, key) of each range a map opened
 
     def advance(self, pos: int) -> None:
         """Walks the events before `pos`."""
@@ -119,6 +165,7 @@ class RangeRoom:
                         key = (pool, stream, size < self.large_page)
                         r = _Range(addr, addr + self.sizes[key[2]], key)
                         self.ranges.append(r)
+                        self.opened.append((k, addr, key))
                     r.map(addr, addr + size)
                 elif r is not None:
                     r.unmap(addr, addr + size)

@@ -302,7 +302,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     # Note [Where a request of an expandable stream maps]
     placements = oom_placements(b, start, capacity, large, conf or "") if expandable and ooms and capacity else []
     reserves = {o["index"]: p.new_ranges for o, p in zip(ooms, placements) if p}
-    offers = (failure_offers(b, start, capacity, large, reserves)
+    offers = (failure_offers(b, start, capacity, large, conf or "", reserves)
               if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     refusals += _unreserved_refusals(ooms, offers.unreserved, large)
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], large, refusals,
@@ -312,7 +312,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         card = card_for_fraction(configured, capacity, limits)
         if card is not None:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
-            offers = failure_offers(b, start, capacity, large) if expandable else NO_OFFERS  # ranges of that card
+            offers = failure_offers(b, start, capacity, large, conf or "") if expandable else NO_OFFERS  # that card's
     conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
     untold = _untold_oom(ooms, limits, capacity, conf, large)
     unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
