@@ -80,7 +80,8 @@ class Advice:
     def to_json(self) -> dict:
         return {"conf": self.conf, "min_capacity": self.min_capacity, "peak_reserved": self.peak_reserved,
                 "completes": self.completes, "capacity": self.capacity, "recorded": self.recorded,
-                "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at, "guess": self.guess}
+                "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at,
+                "guess": self.guess}
 
     def summary(self) -> str:
         conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (

@@ -70,9 +70,9 @@ def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_
     its stream and pool that the trace maps first later, each to be offered
     just before it. Nothing when the card's size is not known (`capacity`
     None) or no request failed. `conf`: the recorded settings (RangeRoom).
-    `reserves`: how many ranges each failed
-    request (by position) would have reserved (range_room.Placement.new_ranges),
-    from which `unreserved` follows.
+    `reserves`: how many ranges each failed request (by position) would have
+    reserved (range_room.Placement.new_ranges), from which `unreserved`
+    follows.
     """
     cols = b.events
     if capacity is None or not any(op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC) for op in cols.ops):

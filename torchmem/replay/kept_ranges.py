@@ -18,7 +18,7 @@ overlap a range live then.
 """
 from __future__ import annotations
 
-from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom, map_events
+from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass
 from torchmem.trace_types import FAILED_ALLOC, SURVIVED_FAILED_ALLOC
@@ -27,7 +27,6 @@ from torchmem.trace_types import FAILED_ALLOC, SURVIVED_FAILED_ALLOC
 def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int, conf: str) -> list[StartRange]:
     """The ranges of the Note above, in trace order: each unmapped, based where the trace first maps in it."""
     room = RangeRoom(b, start, capacity, large_page, conf)
-    events = map_events(b) or []
     if not room.ok:
         return []
     cols = b.events
@@ -35,7 +34,7 @@ def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int,
     failed = [(pos, (room.pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST))
               for pos, op in enumerate(cols.ops) if op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC)]
     out = []
-    for pos, action, addr, _, stream, pool in events:
+    for pos, (action, addr, _, stream, pool) in sorted(room.maps.items()):
         room.advance(pos)
         request = _request_after(cols.ops, pos)
         if action != "segment_map" or room.range_at(addr) is not None or request is None:

@@ -34,7 +34,6 @@ import bisect
 from typing import NamedTuple
 
 from torchmem import _C
-
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import TracePass
@@ -82,7 +81,6 @@ def request_pools(ops: list[int], ids: list[int]) -> list[int]:
             following = at_request[pos]
         out[pos] = following
     return out
-
 
 
 class _Range:
@@ -151,7 +149,7 @@ class RangeRoom:
         self.live = {id_: (addr, size) for r in start.ranges for id_, (addr, size, _) in zip(r.ids, r.blocks)}
         self.maps = {pos: (action, addr, size, stream, pool) for pos, action, addr, size, stream, pool in events or []}
         self.pos = 0  # the events before it are walked
-        self.opened: list[tuple[int, int, tuple[int, int, bool]]] = []  # (position, base, key) of each range a map opened
+        self.opened: list[tuple[int, int, tuple[int, int, bool]]] = []  # (position, base, key): ranges maps opened
 
     def advance(self, pos: int) -> None:
         """Walks the events before `pos`."""
@@ -222,12 +220,12 @@ def _placement(ranges: list[_Range], blocks: list[tuple[int, int]], size: int, r
     request reserves, and the pages of a new one."""
     starts = [a for a, _ in blocks]
     for r in ranges:
-        lows = [lo for lo, _ in r.gaps()]
-        for lo in lows:
-            k = bisect.bisect_right(blocks, (lo, lo)) - 1  # the last block starting at or below lo
+        for lo, _ in r.gaps():
+            k = bisect.bisect_right(blocks, (lo, lo)) - 1  # the last block starting below lo
             below = max(blocks[k][1] if k >= 0 and blocks[k][1] <= lo else r.base, _run_start(r, lo))
-            above = starts[bisect.bisect_left(starts, lo)] if bisect.bisect_left(starts, lo) < len(starts) else r.end
-            if min(above, r.end) - below >= size:  # the free block below joins
+            k = bisect.bisect_left(starts, lo)  # the first block above lo
+            above = min(starts[k], r.end) if k < len(starts) else r.end
+            if above - below >= size:  # the free block below joins
                 return Placement(0, _map_bytes(r, starts, lo - below, lo, size, page), r.base)
     if size > range_bytes:
         return Placement(2, None)
