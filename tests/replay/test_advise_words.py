@@ -90,3 +90,11 @@ def test_the_best_setting_is_one_pytorch_takes():
     text = "\n".join(verdict(rows))
     assert "Best PyTorch setting: PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64 needs 70" in text, text
     assert "reuse_order" not in text
+
+
+def test_the_rows_keep_one_column_when_a_label_is_long(tmp_path):
+    # Every row of this snapshot is marked [guess]; the collector's row makes the longest label, over 66 wide.
+    lines = advise("hugepandacoder.json.gz", tmp_path)
+    rows = [line for line in lines if ROW.match(line)]
+    assert max(len(line.split(" needs ")[0]) for line in rows) > 2 + 66
+    assert len({line.index(" needs ") for line in rows}) == 1

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
     from torchmem.replay import advise, candidates, load_trace
-    from torchmem.replay.advise_words import COLUMNS, verdict
+    from torchmem.replay.advise_words import COLUMNS, table, verdict
 
     from torchmem.progress import activity
 
@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     read = size_reading(args.capacity) if args.capacity else ""
     if read:
         print(f"  (--capacity {read})")
-    for r in rows:
-        print("  " + r.summary())
+    for line in table(rows):
+        print(line)
     print(COLUMNS.format(reference=fmt_size(reference)))
     for line in verdict(rows):
         print(line)

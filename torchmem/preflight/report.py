@@ -70,7 +70,7 @@ def warnings_for(report: "Report") -> list[str]:
 
 
 def format_report(report: "Report") -> str:
-    from torchmem.replay.advise_words import COLUMNS, verdict
+    from torchmem.replay.advise_words import COLUMNS, table, verdict
     from torchmem.replay.runner import fmt_size
 
     card = report.card
@@ -108,8 +108,7 @@ def format_report(report: "Report") -> str:
         lines.append("")
         lines.append(f"torchmem advise ({process}, device {device}): the least memory each setting needs, to 2 MiB, "
                      f"best first, replayed on the {fmt_size(card.usable)} the allocator can get:")
-        for row in report.advice:
-            lines.append("  " + row.summary())
+        lines += table(report.advice)
         lines.append(COLUMNS.format(reference=fmt_size(card.usable)))
         lines += verdict(report.advice)
         step = next_step(report)

@@ -83,12 +83,18 @@ class Advice:
                 "replays": self.replays, "policy": self.policy, "guessed_at": self.guessed_at,
                 "guess": self.guess}
 
-    def summary(self) -> str:
-        conf = (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
+    @property
+    def label(self) -> str:
+        """The row's name: its setting, and marks for the run's own, torchmem's policy and a guess."""
+        return (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
             " [torchmem]" if self.policy == "stitch" else "") + (" [guess]" if self.guessed_at is not None else "")
+
+    def summary(self, width: int = 66) -> str:
+        """One row of advise's table, its label padded to `width` (advise_words.table)."""
         need = fmt_size(self.min_capacity) if self.min_capacity is not None else "not within reach"
         outcome = "completes" if self.completes else "OOM"
-        return f"{conf:<66} needs {need:>11}, peak reserved {fmt_size(self.peak_reserved):>11}; at {fmt_size(self.capacity)}: {outcome}"
+        return (f"{self.label:<{width}} needs {need:>11}, peak reserved {fmt_size(self.peak_reserved):>11}; "
+                f"at {fmt_size(self.capacity)}: {outcome}")
 
 
 def is_stitch(conf: str) -> bool:

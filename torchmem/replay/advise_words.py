@@ -1,4 +1,4 @@
-"""The words under advise's table: what its columns mean, and the verdict lines that compare its rows.
+"""Advise's table and the words under it: what its columns mean, and the verdict lines that compare its rows.
 
 `torchmem advise` (cli/advise.py) and preflight's report (preflight/report.py) print both.
 """
@@ -11,6 +11,12 @@ COLUMNS = ("  needs: the least device memory with which the trace completes unde
            "and fails 2 MiB below); peak reserved: the most the allocator held from the device, replayed on "
            "{reference} (on its 'needs' when it does not complete there); at {reference}: whether it completes "
            "on the reference capacity.")
+
+
+def table(rows: list) -> list[str]:
+    """Advise's rows, indented, their labels in one column as wide as the longest (at least 66)."""
+    width = max([66] + [len(r.label) for r in rows])
+    return ["  " + r.summary(width) for r in rows]
 
 
 def verdict(rows: list) -> list[str]:
