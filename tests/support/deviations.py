@@ -94,18 +94,6 @@ DEVIATIONS: tuple[Deviation, ...] = (
         lambda w, p: not w.from_start and _guessed_first(p)
         and all(x.startswith(("trace differs", "final segments")) for x in _differences(p)),
     ),
-    Deviation(
-        "expandable-full-card",
-        "expandable_segments:True on a card the run fills (PyTorch releases its cache and retries). Every range "
-        "is reserved where PyTorch reserved it (Note [Expandable ranges in a snapshot], "
-        "torchmem/replay/expandable_ranges.py), but with no OOM recorded the card's size is known only from the "
-        "ranges' spacing, to within a large page (a range is 9/8 of the card rounded up to 20 MiB: "
-        "torchmem/replay/capacity.py), and on the larger card the replay maps a page where PyTorch's ran out. "
-        "(Where the statistics show the full card: a retry, a device map or unmap, or the reserved peak differ.)",
-        lambda w, p: _conf_has(w, "expandable_segments:True") and w.from_start
-        and bool(_stat_keys(" ".join(p)) & {"num_alloc_retries", "num_device_alloc", "num_device_free",
-                                             "reserved_bytes.all.peak"}),
-    ),
 )
 
 

@@ -324,7 +324,10 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                          card_from in ("oom", "expandable"),
                          fraction_from == "inferred", limit_low, held)
     inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
-    inserts += [(run.position, [(RECORDED_RETRY, 0, 0, run.stream, 0)]) for run in retried]
+    # Every run a new segment followed: its request missed its search (kRecordedRetry); size 0 for a counted retry.
+    counted = {run.position for run in retried}
+    inserts += [(run.position, [(RECORDED_RETRY, 0, 0 if run.position in counted else 1, run.stream, 0)])
+                for run in retry_releases if run.position in counted or run.new_segment > 0]
     if start.pending_frees:  # frees still waiting at the end (StartState.pending_frees)
         inserts.insert(0, (0, [(FREE_REQUESTED, id_, 0, 0, 0) for id_ in start.pending_frees]))
     cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms, b.request_releases)

@@ -288,10 +288,11 @@ void Replayer::allocate(uint64_t id, size_t size, Stream stream, uintptr_t recor
   DeviceAllocator& into = *pools_[current_].allocator;
   RecordedSegments* native = pools_[current_].native;
   const bool retried = search_missed_;
-  search_missed_ = false;
+  const bool counted = retried && retry_counted_;
+  search_missed_ = retry_counted_ = false;
   const int64_t retries_before = into.stats_ref().num_alloc_retries;
   auto count_recorded_retry = [&] {  // unless the request retried itself (its own full release)
-    if (retried && into.stats_ref().num_alloc_retries == retries_before) ++recorded_retries_;
+    if (counted && into.stats_ref().num_alloc_retries == retries_before) ++recorded_retries_;
   };
   try {
     ptr = retried && native ? native->allocate_after_release(size, stream) : into.allocate(size, stream);
@@ -389,7 +390,10 @@ size_t Replayer::run(const uint8_t* ops, const uint64_t* ids, const uint64_t* si
         }
         break;
       case ReplayOp::kRecordedRetry:
-        if (follow_recording_) search_missed_ = true;
+        if (follow_recording_) {
+          search_missed_ = true;
+          retry_counted_ = sizes[i] == 0;
+        }
         break;
       case ReplayOp::kRangeOffer:
         if (follow_recording_ && addrs && addrs[i]) {

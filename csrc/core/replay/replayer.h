@@ -42,15 +42,18 @@
 //                   as a kSegmentAddress of size 0, but the recording did not
 //                   reserve it there, so an offer not taken is not a recorded
 //                   segment missed (ReplayFidelity::segments_missed)
-//   kRecordedRetry  the recording's allocator retried here, after a failed
-//                   device allocation (torchmem/replay/retries.py infers it
-//                   from a run of releases before a new segment): a replay
-//                   that follows the recording makes those releases itself
-//                   and never fails first, so it counts the retry in
+//   kRecordedRetry  a run of releases that a new segment followed: the
+//                   request that made it missed its search, whether PyTorch
+//                   searched before the releases (its own) or after them (the
+//                   program's), so the next request skips its search
+//                   (RecordedSegments::allocate_after_release). With `size` 0
+//                   the recording's allocator retried here, after a failed
+//                   device allocation (torchmem/replay/retries.py infers it):
+//                   a replay that follows the recording makes those releases
+//                   itself and never fails first, so it counts the retry in
 //                   num_alloc_retries (unless the next request retried
-//                   itself, after kRequestRelease), and the next request skips the
-//                   search that PyTorch made before those releases
-//                   (RecordedSegments::allocate_after_release); others ignore it
+//                   itself, after kRequestRelease); `size` 1 counts none.
+//                   Others ignore it
 //   kFreeAtSync     the recording completed the requested free of `id`
 //                   (a kFreeRequested before) inside the next request's
 //                   full release: PyTorch's synchronize_and_free_events,
@@ -209,7 +212,7 @@ class Replayer {
   ReplayPoolId pool_id(size_t i) const { return pools_.at(i).id; }
   DeviceAllocator& pool_allocator(size_t i) { return *pools_.at(i).allocator; }
   // The device's statistics: every pool's summed, peaks of the sums; following
-  // the recording, num_alloc_retries counts its kRecordedRetry events too.
+  // the recording, num_alloc_retries counts its counted kRecordedRetry events too.
   DeviceStats stats() const;
   // Allocations that a tie between segments of the start state decided, and
   // the event index of the first (-1: none): the snapshot does not hold those
@@ -275,8 +278,9 @@ class Replayer {
   bool follow_recording_;
   bool offers_pending_ = false;        // recorded addresses offered (kSegmentAddress), not yet settled
   bool range_offers_pending_ = false;  // kRangeOffer bases offered, not yet settled
-  int64_t recorded_retries_ = 0;       // kRecordedRetry events whose request made no retry of its own
+  int64_t recorded_retries_ = 0;       // counted kRecordedRetry events whose request made no retry of its own
   bool search_missed_ = false;         // a kRecordedRetry met: the next request skips its search
+  bool retry_counted_ = false;         // ... and the recording counted it in num_alloc_retries (size 0)
   bool segments_restored_ = false;     // restore() made a start segment: only then can a start-age tie arise
   uint64_t age_guesses_ = 0;           // every pool's start-age guesses (note_age_guesses)
   int64_t first_age_guess_ = -1;       // event index of the first, or -1
