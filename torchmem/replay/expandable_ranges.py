@@ -40,7 +40,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping, NamedTuple
 
-from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom, map_events
+from torchmem.replay.range_room import ALLOCATING, RangeRoom, map_events
 from torchmem.replay.start_state import StartState
 from torchmem.replay.trace_pass import TracePass
 from torchmem.trace_types import FAILED_ALLOC, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
@@ -84,8 +84,7 @@ def failure_offers(b: TracePass, start: StartState, capacity: int | None, large_
     for pos, op in enumerate(cols.ops):
         if op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC):
             room.advance(pos)
-            key = (room.pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST)
-            failures.append((pos, key, [(r.base, r.end) for r in room.ranges]))
+            failures.append((pos, room.request_key(pos), [(r.base, r.end) for r in room.ranges]))
     room.advance(len(cols.ops))
     fresh: dict[tuple[int, int, bool], list[tuple[int, int]]] = {}  # key -> (position of the first map, base)
     for pos, base, key in room.opened:

@@ -31,8 +31,7 @@ def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int,
         return []
     cols = b.events
     pools = {index: pool for pool, index in b.pool_ids.items()}
-    failed = [(pos, (room.pools[pos], cols.streams[pos], cols.sizes[pos] <= SMALL_REQUEST))
-              for pos, op in enumerate(cols.ops) if op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC)]
+    failed = [(pos, room.request_key(pos)) for pos, op in enumerate(cols.ops) if op in (FAILED_ALLOC, SURVIVED_FAILED_ALLOC)]
     out = []
     for pos, (action, addr, _, stream, pool) in sorted(room.maps.items()):
         room.advance(pos)

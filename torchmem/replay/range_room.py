@@ -175,6 +175,10 @@ class RangeRoom:
                 self.live.pop(cols.ids[k], None)
         self.pos = max(self.pos, pos)
 
+    def request_key(self, pos: int) -> tuple[int, int, bool]:
+        """The (pool, stream, is_small) of the request at event `pos`: the ranges it may map in."""
+        return (self.pools[pos], self.cols.streams[pos], self.cols.sizes[pos] <= SMALL_REQUEST)
+
     def keep(self, base: int, key: tuple[int, int, bool]) -> None:
         """Adds a range no page of which is mapped (kept_ranges.py)."""
         self.ranges.append(_Range(base, base + self.sizes[key[2]], key))
