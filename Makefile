@@ -25,67 +25,21 @@ FAKEGPU12_CUDA_INCLUDE := $(shell for d in $(CUDA12_HOME)/include .venv-cuda-*/l
   v=$$(sed -n 's/^\#define CUDART_VERSION *\(12[0-9][0-9][0-9]\).*/\1/p' $$d/cuda_runtime_api.h 2>/dev/null); \
   [ -n "$$v" ] && echo "$$v $$d"; done | sort -n | tail -n 1 | cut -d' ' -f2)
 endif
-FAKEGPU_CFLAGS := -O2 -g -fPIC -Wall -Wextra -Werror -std=gnu11
-# The CUDA 12 wheels' headers lack crt/host_defines.h (nvcc's): a host-only one, used when no real one is found.
-FAKEGPU_CRT := -idirafter fakegpu/include/crt12
-FAKEGPU_SOURCES := $(wildcard fakegpu/src/*.c)
+FAKEGPU_INPUTS := fakegpu/build.py fakegpu/gen_stubs.py $(wildcard fakegpu/*_symbols.txt fakegpu/src/* fakegpu/include/*.h \
+  fakegpu/libcuda/*.c fakegpu/nvml/*.c fakegpu/nccl/*.c fakegpu/cublas/*)
 fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libcuda.so $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) \
   $(1)/libcublasLt.so.$(2) $(1)/libnccl.so.2
 FAKEGPU_LIBS := $(call fakegpu_libs,$(FAKEGPU_DIR),13)
 FAKEGPU12_LIBS := $(call fakegpu_libs,$(FAKEGPU12_DIR),12)
 
-# $(call fakegpu_blas,DIR,NAME,MAJOR,SYMBOLS): DIR/libNAME.so.MAJOR from fakegpu/cublas/NAME.c, common.c and the stubs.
-fakegpu_blas = $(PYTHON) fakegpu/cublas/gen_stubs.py fakegpu/cublas/$(2)$(4)_symbols.txt lib$(2).so.$(3) $(1)/blas/gen-$(2) $(1)/blas/$(2).o && \
-  $(CC) $(FAKEGPU_CFLAGS) -c $(1)/blas/gen-$(2)/stubs.c -o $(1)/blas/gen-$(2)/stubs.o && \
-  $(CC) -shared -o $(1)/lib$(2).so.$(3) $(1)/blas/$(2).o $(1)/blas/common.o $(1)/blas/gen-$(2)/stubs.o \
-    -Wl,--version-script=$(1)/blas/gen-$(2)/exports.map -Wl,-soname,lib$(2).so.$(3)
+# One set per CUDA major, built by fakegpu/build.py (setup.py builds the installed package's set with it too).
+$(FAKEGPU_LIBS) &: $(FAKEGPU_INPUTS)
+	@test -n "$(FAKEGPU_CUDA_INCLUDE)" || { echo "fakegpu: no CUDA 13 headers (cuda_runtime_api.h): set CUDA_HOME or install a CUDA build of torch in .venv-cuda" >&2; exit 1; }
+	$(PYTHON) fakegpu/build.py --major 13 --include $(FAKEGPU_CUDA_INCLUDE) --out $(FAKEGPU_DIR)
 
-# $(call fakegpu_set,DIR,MAJOR,INCLUDE,SYMBOLS): the rules of one set. SYMBOLS names the real
-# libraries' export lists: fakegpu/cudart$(4)_symbols.txt, fakegpu/cublas/cublas$(4)_symbols.txt and
-# cublasLt$(4)_symbols.txt; each library's exports go in one version node named after its soname.
-define fakegpu_set
-$(1)/obj/%.o: fakegpu/src/%.c fakegpu/src/state.h fakegpu/include/fakegpu.h
-	@test -n "$(3)" || { echo "fakegpu: no CUDA $(2) headers (cuda_runtime_api.h): $(if $(filter 12,$(2)),set CUDA12_HOME or run make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0,set CUDA_HOME or install a CUDA build of torch in .venv-cuda)" >&2; exit 1; }
-	@mkdir -p $$(@D)
-	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -c $$< -o $$@
-
-$(1)/libtorchmem_fakecudart.so: $(patsubst fakegpu/src/%.c,$(1)/obj/%.o,$(FAKEGPU_SOURCES)) fakegpu/gen_stubs.py fakegpu/cudart$(4)_symbols.txt
-	$$(PYTHON) fakegpu/gen_stubs.py fakegpu/cudart$(4)_symbols.txt libcudart.so.$(2) $(1)/gen $$(filter %.o,$$^)
-	$$(CC) $$(FAKEGPU_CFLAGS) -c $(1)/gen/stubs.c -o $(1)/gen/stubs.o
-	$$(CC) -shared -o $$@ $$(filter %.o,$$^) $(1)/gen/stubs.o -Wl,--version-script=$(1)/gen/cudart.map -Wl,-soname,libtorchmem_fakecudart.so -lpthread
-
-$(1)/libcuda.so.1: fakegpu/libcuda/libcuda.c
-	@mkdir -p $$(@D)
-	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libcuda.so.1 -ldl
-
-# The name a link step asks for: Triton 3.2 (torch 2.6) builds its launcher with -lcuda.
-$(1)/libcuda.so: $(1)/libcuda.so.1
-	ln -sf libcuda.so.1 $$@
-
-$(1)/libnvidia-ml.so.1: fakegpu/nvml/nvml.c
-	@mkdir -p $$(@D)
-	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libnvidia-ml.so.1
-
-# The NCCL stand-in (fakegpu/nccl/nccl.c): the real library's soname; it has no symbol versions.
-$(1)/libnccl.so.2: fakegpu/nccl/nccl.c
-	@mkdir -p $$(@D)
-	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -shared -o $$@ $$< -Wl,-soname,libnccl.so.2 -ldl -lpthread
-
-# cuBLAS and cuBLASLt stand-ins (fakegpu/cublas/, docs/preflight.md): the real libraries' sonames
-# and version nodes; compute routines succeed without computing.
-$(1)/blas/%.o: fakegpu/cublas/%.c fakegpu/cublas/common.h
-	@mkdir -p $$(@D)
-	$$(CC) $$(FAKEGPU_CFLAGS) -I$(3) $$(FAKEGPU_CRT) -c $$< -o $$@
-
-$(1)/libcublas.so.$(2): $(1)/blas/cublas.o $(1)/blas/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublas$(4)_symbols.txt
-	$$(call fakegpu_blas,$(1),cublas,$(2),$(4))
-
-$(1)/libcublasLt.so.$(2): $(1)/blas/cublasLt.o $(1)/blas/common.o fakegpu/cublas/gen_stubs.py fakegpu/cublas/cublasLt$(4)_symbols.txt
-	$$(call fakegpu_blas,$(1),cublasLt,$(2),$(4))
-endef
-
-$(eval $(call fakegpu_set,$(FAKEGPU_DIR),13,$(FAKEGPU_CUDA_INCLUDE),))
-$(eval $(call fakegpu_set,$(FAKEGPU12_DIR),12,$(FAKEGPU12_CUDA_INCLUDE),12))
+$(FAKEGPU12_LIBS) &: $(FAKEGPU_INPUTS)
+	@test -n "$(FAKEGPU12_CUDA_INCLUDE)" || { echo "fakegpu: no CUDA 12 headers (cuda_runtime_api.h): set CUDA12_HOME or run make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0" >&2; exit 1; }
+	$(PYTHON) fakegpu/build.py --major 12 --include $(FAKEGPU12_CUDA_INCLUDE) --out $(FAKEGPU12_DIR)
 
 # Both sets; the CUDA 12 one only where CUDA 12 headers are found.
 fakegpu: $(FAKEGPU_LIBS) $(if $(FAKEGPU12_CUDA_INCLUDE),$(FAKEGPU12_LIBS))
@@ -163,9 +117,11 @@ demo: $(VENV)/.built
 # (build/cuda-2.14.1): a second torch and a second build of the core cost a
 # fresh clone about five minutes of the two cores. The CPU tier runs without the
 # fake GPU, the fake-GPU tier on it. `make test-cpu` runs the CPU tier on the CPU
-# build of torch $(TORCH_VERSION) in .venv (CI runs it too).
+# build of torch $(TORCH_VERSION) in .venv (CI runs it too). The fake GPU's CUDA 12 set is built too
+# wherever a CUDA 12 torch venv (.venv-cuda-2.6.0) is here.
 test:
 	$(MAKE) -j2 $(CUDA_VENV)/.deps $(FAKEGPU_LIBS)
+	$(MAKE) fakegpu
 	$(MAKE) $(CUDA_BUILD)/.built
 	$(MAKE) test-cpu-tier
 	$(MAKE) test-fakegpu ORACLE_CASES=100
@@ -183,10 +139,13 @@ CPU_TIER_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/li
 test-cpu-tier: $(CUDA_BUILD)/.built
 	$(CPU_TIER_ENV) $(CUDA_PY) -m pytest -q $(XDIST) tests --ignore=tests/fakegpu --ignore=tests/cuda $(PYTEST_ARGS)
 
-# torchmem's wheels (make wheel) installed into fresh venvs, one with the CUDA torch and one with
-# the CPU torch of .venv: several minutes, mostly pip unpacking the CUDA torch; CI runs it.
-test-install: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
-	$(FAKEGPU_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
+# torchmem's wheels (make wheel) installed into fresh venvs, with the torches of .venv-cuda (2.14.1, CUDA 13),
+# .venv-cuda-$(FAKEGPU12_TORCH) (CUDA 12) and .venv (CPU): each wheel carries the fake GPU's set for its torch,
+# and preflight runs from it with no TORCHMEM_* variable. Several minutes, mostly pip unpacking the CUDA torches;
+# CI runs it.
+test-install: $(VENV)/.built $(CUDA_BUILD)/.built
+	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
+	$(CPU_TIER_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
 
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log

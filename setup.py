@@ -186,8 +186,10 @@ def cuda_runtime(torch: ModuleType, cpp_extension: ModuleType) -> CudaRuntime | 
         return None
     release = tuple(int(n) for n in re.findall(r"\d+", torch.__version__)[:2])
     if release < OLDEST_CUDA_TORCH:
-        fail(f"the CUDA part needs torch {'.'.join(map(str, OLDEST_CUDA_TORCH))} or newer, not "
-             f"{torch.__version__}: upgrade torch, or set TORCHMEM_NO_CUDA=1 to build without it")
+        print(f"torchmem: building without the CUDA allocator glue, which needs torch "
+              f"{'.'.join(map(str, OLDEST_CUDA_TORCH))} or newer, not {torch.__version__}; preflight, replay and "
+              "advise are unaffected", file=sys.stderr)
+        return None
     major = int(torch.version.cuda.split(".")[0])
     folders = nvidia_folders(torch)
     found = [r for r in (wheel_runtime(folder, major) for folder in folders) if r is not None]
@@ -204,6 +206,56 @@ def cuda_runtime(torch: ModuleType, cpp_extension: ModuleType) -> CudaRuntime | 
          "or set TORCHMEM_NO_CUDA=1 to build without CUDA")
 
 
+def fakegpu_headers(torch: ModuleType, cpp_extension: ModuleType, major: int) -> list[Path]:
+    """CUDA `major`'s header folders for the fake GPU's set: torch's own nvidia wheels when they are that
+    major's, else CUDA<major>_HOME's or CUDA_HOME's include folder; [] when none holds them."""
+    if torch.version.cuda and int(torch.version.cuda.split(".")[0]) == major:
+        for folder in nvidia_folders(torch):
+            runtime = wheel_runtime(folder, major)
+            if runtime is not None:
+                return [Path(d) for d in runtime.include_dirs]
+    for home in (os.environ.get(f"CUDA{major}_HOME"), cpp_extension.CUDA_HOME):
+        if home and runtime_major(Path(home, "include")) == major:
+            return [Path(home, "include")]
+        if home and runtime_major(Path(home)) == major:  # a bare include folder, or nvidia/cuda_runtime's
+            return [Path(home)]
+    return []
+
+
+def build_fakegpu(torch: ModuleType, cpp_extension: ModuleType, temp: str, package_dir: str) -> None:
+    """The fake GPU's stand-ins (fakegpu/build.py), built in TEMP/fakegpu-<major>, into
+    PACKAGE_DIR/fakegpu/lib/cuda<major>: for the installed torch's CUDA major and, where its headers are
+    found, the other one. Preflight finds them there."""
+    sys.path.insert(0, str(ROOT / "fakegpu"))
+    try:
+        import build as fakegpu_build  # fakegpu/build.py, the Makefile's builder too
+    finally:
+        sys.path.pop(0)
+    own = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
+    for major in sorted((12, 13), key=lambda m: m != own):
+        headers = fakegpu_headers(torch, cpp_extension, major)
+        out = Path(package_dir, "fakegpu", "lib", f"cuda{major}")
+        work = Path(temp, f"fakegpu-{major}")
+        if not headers:
+            if major == own:
+                print(f"torchmem: the fake GPU for CUDA {major} is left out: no CUDA {major} headers in torch's "
+                      "nvidia wheels", file=sys.stderr)
+            continue
+        try:
+            built = fakegpu_build.build_set(major, headers, work)
+        except (fakegpu_build.BuildError, OSError) as exc:
+            if major == own:
+                fail(f"the fake GPU for CUDA {major} did not build: {exc}")
+            print(f"torchmem: the fake GPU for CUDA {major} is left out: {exc}", file=sys.stderr)
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        for library in built:
+            shutil.copyfile(library, out / library.name)
+        (out / "libcuda.so").symlink_to("libcuda.so.1")  # Triton 3.2 (torch 2.6) links its launcher with -lcuda
+        print(f"torchmem: built the fake GPU for CUDA {major} with headers from {headers[0]}", file=sys.stderr)
+
+
 def torch_requirement(torch: ModuleType) -> str:
     """The pin on the torch built against: its distribution's version as pip sees it (PyPI's CUDA wheel says
     2.14.1 where torch.__version__ says 2.14.1+cu130; the CPU wheel says 2.13.0+cpu)."""
@@ -216,14 +268,14 @@ def torch_requirement(torch: ModuleType) -> str:
 def build_dir(torch: ModuleType, cuda: CudaRuntime | None) -> str:
     """build/cuda-2.14.1, build/cpu-2.13.0: one folder per torch release and flavour."""
     release = torch.__version__.split("+")[0]
-    return os.path.join("build", f"{'cuda' if cuda else 'cpu'}-{release}")
+    return os.path.join("build", f"{'cuda' if torch.version.cuda else 'cpu'}-{release}")
 
 
 def version(torch: ModuleType, cuda: CudaRuntime | None) -> str:
     """0.1.0+torch2.14.1.cu130: the torch built against in the local label, so wheels built against
     different torches have different names (PyTorch's own wheels do the same)."""
     release = torch.__version__.split("+")[0]
-    flavour = "cu" + torch.version.cuda.replace(".", "") if cuda else "cpu"
+    flavour = "cu" + torch.version.cuda.replace(".", "") if torch.version.cuda else "cpu"
     return f"0.1.0+torch{release}.{flavour}"
 
 
@@ -246,7 +298,7 @@ def one_unit(files: list[str], path: str) -> str:
     return path
 
 
-def commands(cpp_extension: ModuleType, folder: str) -> dict[str, type]:
+def commands(torch: ModuleType, cpp_extension: ModuleType, folder: str) -> dict[str, type]:
     """setuptools' build and build_ext, with their default folders under `folder` (see the module's docstring)."""
 
     class Build(build):
@@ -264,12 +316,18 @@ def commands(cpp_extension: ModuleType, folder: str) -> dict[str, type]:
             super().run()
 
     class BuildExt(cpp_extension.BuildExtension):
-        """Compiles into FOLDER/temp unless --build-temp is given (editable installs included)."""
+        """Compiles into FOLDER/temp unless --build-temp is given (editable installs included), then builds
+        the fake GPU's stand-ins beside the package's Python files."""
 
         def finalize_options(self) -> None:
             if self.build_temp is None:
                 self.build_temp = os.path.join(folder, "temp")
             super().finalize_options()
+
+        def run(self) -> None:
+            super().run()
+            build_fakegpu(torch, cpp_extension, self.build_temp,
+                          str(ROOT / "torchmem") if self.inplace else os.path.join(self.build_lib, "torchmem"))
 
     return {"build": Build, "build_ext": BuildExt.with_options(use_ninja=True)}
 
@@ -311,7 +369,7 @@ def main() -> None:
         install_requires=[torch_requirement(torch), "numpy", "tqdm"],
         extras_require={"plot": ["matplotlib"]},
         ext_modules=[extension],
-        cmdclass=commands(cpp_extension, build_dir(torch, cuda)),
+        cmdclass=commands(torch, cpp_extension, build_dir(torch, cuda)),
         entry_points={"console_scripts": ["torchmem=torchmem.__main__:main"]},
     )
 

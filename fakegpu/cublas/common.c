@@ -6,15 +6,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#if defined(__has_include)
-#if __has_include(<cublas_api.h>)
-#include <cublas_api.h>
-#endif
-#endif
-
 #include <cuda_runtime_api.h>
 
-/* Without cuBLAS's headers: the CUDA release of the runtime headers the set is built with. */
+/* fakegpu/build.py passes cuBLAS's CUBLAS_VER_* from a cublas_api.h beside the runtime headers (the header
+   itself is not included: CUDA 13's includes CCCL headers the wheels lack). Without one: the CUDA release
+   of the runtime headers the set is built with. */
 #ifndef CUBLAS_VER_MAJOR
 #define CUBLAS_VER_MAJOR (CUDART_VERSION / 1000)
 #define CUBLAS_VER_MINOR (CUDART_VERSION % 1000 / 10)

@@ -127,6 +127,25 @@ def test_the_launcher_picks_the_set_of_the_commands_torch(tmp_path, monkeypatch,
         assert env["LD_LIBRARY_PATH"].split(":")[0] == str(where)
 
 
+def test_without_a_variable_the_installed_packages_set_comes_before_a_checkouts(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHMEM_FAKEGPU_LIBS", raising=False)
+    package, checkout = tmp_path / "package" / "lib", tmp_path / "checkout" / "build" / "fakegpu"
+    for major in (12, 13):
+        built_sets(package / f"cuda{major}", (13,))  # pip's layout: lib/cuda12 and lib/cuda13, each flat
+        for name in fakegpu.libraries(major):
+            (package / f"cuda{major}" / name).write_bytes(b"")
+    built_sets(checkout, (12, 13))
+    monkeypatch.setattr(fakegpu, "PACKAGED", package)
+    monkeypatch.setattr(fakegpu, "CHECKOUT", checkout)
+    assert fakegpu.library_dir(13) == package / "cuda13"
+    assert fakegpu.library_dir(12) == package / "cuda12"
+    (package / "cuda12" / "libcublas.so.12").unlink()  # an incomplete set is passed over
+    assert fakegpu.library_dir(12) == checkout / "cuda12"
+    (checkout / "cuda12" / "libcublas.so.12").unlink()
+    with pytest.raises(fakegpu.FakeGPUError, match=r"CUDA 12 builds of torch is not installed \(libcublas.so.12 "):
+        fakegpu.library_dir(12)
+
+
 def test_a_missing_set_is_a_one_line_error_saying_what_to_run(tmp_path):
     libs = built_sets(tmp_path / "libs", (13,))
     python = fake_interpreter(tmp_path / "venv", "12.4")

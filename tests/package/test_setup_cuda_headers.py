@@ -105,12 +105,32 @@ def test_a_cpu_torch_or_torchmem_no_cuda_builds_no_glue(setup_py, tmp_path, monk
     assert setup_py.cuda_runtime(fake_torch(tmp_path, "2.6.0+cu124", "12.4"), SimpleNamespace(CUDA_HOME=None)) is None
 
 
-def test_a_cuda_torch_older_than_the_glue_supports_stops_at_once(setup_py, tmp_path, monkeypatch):
+def test_a_cuda_torch_older_than_the_glue_supports_builds_without_it(setup_py, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("TORCHMEM_NO_CUDA", raising=False)
     runtime(tmp_path / "site" / "nvidia" / "cuda_runtime", 12040)
-    with pytest.raises(SystemExit) as stop:
-        setup_py.cuda_runtime(fake_torch(tmp_path / "site", "2.6.0+cu124", "12.4"), SimpleNamespace(CUDA_HOME=None))
-    assert "needs torch 2.8 or newer, not 2.6.0+cu124" in str(stop.value)
+    torch = fake_torch(tmp_path / "site", "2.6.0+cu124", "12.4")
+    assert setup_py.cuda_runtime(torch, SimpleNamespace(CUDA_HOME=None)) is None
+    assert "without the CUDA allocator glue, which needs torch 2.8 or newer, not 2.6.0+cu124" in capsys.readouterr().err
+    # Its objects and version still say CUDA: the fake GPU's set and preflight are built for it.
+    assert setup_py.build_dir(torch, None) == "build/cuda-2.6.0"
+    assert setup_py.version(torch, None) == "0.1.0+torch2.6.0.cu124"
+
+
+def test_the_fake_gpu_takes_torchs_own_wheels_then_a_toolkit_of_the_other_major(setup_py, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA12_HOME", raising=False)
+    monkeypatch.delenv("CUDA13_HOME", raising=False)
+    own = runtime(tmp_path / "site" / "nvidia" / "cuda_runtime", 12040)
+    (tmp_path / "site" / "nvidia" / "cublas" / "include").mkdir(parents=True)
+    toolkit = runtime(tmp_path / "cuda-13", 13000)
+    torch = fake_torch(tmp_path / "site", "2.6.0+cu124", "12.4")
+    ext = SimpleNamespace(CUDA_HOME=str(toolkit))
+    assert setup_py.fakegpu_headers(torch, ext, 12) == [own / "include", tmp_path / "site" / "nvidia" / "cublas" / "include"]
+    assert setup_py.fakegpu_headers(torch, ext, 13) == [toolkit / "include"]
+    # A CPU torch has no wheels to read; a toolkit of the wrong major is not taken.
+    cpu = fake_torch(tmp_path / "cpu", "2.13.0+cpu", None)
+    assert setup_py.fakegpu_headers(cpu, ext, 12) == []
+    monkeypatch.setenv("CUDA12_HOME", str(own))
+    assert setup_py.fakegpu_headers(cpu, ext, 12) == [own / "include"]
 
 
 def test_the_version_names_the_torch_built_against(setup_py, tmp_path):

@@ -176,11 +176,15 @@ def interpreter_of(command: Sequence[str], path: str | None = None) -> str | Non
     return None
 
 
+PACKAGED = Path(__file__).resolve().parent / "lib"  # where pip's build puts the sets: lib/cuda13, lib/cuda12
+CHECKOUT = Path(__file__).resolve().parents[2] / "build" / "fakegpu"  # `make fakegpu`'s: the CUDA 12 set in cuda12
+
+
 def library_dir(major: int | None = None) -> Path:
     """Where the stand-ins of one CUDA major are (default: this interpreter's torch's).
 
-    $TORCHMEM_FAKEGPU_LIBS, else the checkout's build/fakegpu, holds the CUDA
-    13 set; the CUDA 12 set is in its cuda12 folder (or in the folder itself).
+    The first folder that holds the whole set: $TORCHMEM_FAKEGPU_LIBS (or its cudaMAJOR folder),
+    else the installed package's lib/cudaMAJOR (built by pip), else a checkout's build/fakegpu.
     """
     if major is None:
         major = torch_build().major or DEFAULT_MAJOR
@@ -188,18 +192,30 @@ def library_dir(major: int | None = None) -> Path:
         raise FakeGPUError(f"the fake GPU has stand-ins for CUDA {' and '.join(map(str, MAJORS))} builds of torch, "
                            f"not CUDA {major}")
     configured = os.environ.get("TORCHMEM_FAKEGPU_LIBS")
-    folder = Path(configured) if configured else Path(__file__).resolve().parents[2] / "build" / "fakegpu"
     wanted = libraries(major)
-    for candidate in (folder, folder / f"cuda{major}"):
+    if configured:
+        candidates = [Path(configured), Path(configured) / f"cuda{major}"]
+    else:
+        candidates = [PACKAGED / f"cuda{major}", CHECKOUT if major == DEFAULT_MAJOR else CHECKOUT / f"cuda{major}"]
+    for candidate in candidates:
         if all((candidate / name).is_file() for name in wanted):
             return candidate
-    where = folder if major == DEFAULT_MAJOR else folder / f"cuda{major}"
+    where = candidates[0] if not configured or major == DEFAULT_MAJOR else candidates[1]
     missing = [name for name in wanted if not (where / name).is_file()]
-    how = ("run `make fakegpu` in the torchmem checkout" if major == DEFAULT_MAJOR else
-           "run `make fakegpu` in the torchmem checkout with CUDA 12 headers present (CUDA12_HOME, or a CUDA 12 "
-           "torch venv: make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0)")
-    raise FakeGPUError(f"the fake GPU for CUDA {major} builds of torch is not built ({', '.join(missing)} missing in "
-                       f"{where}): {how}, or set TORCHMEM_FAKEGPU_LIBS to the folder that has them")
+    raise FakeGPUError(f"the fake GPU for CUDA {major} builds of torch is not installed ({', '.join(missing)} "
+                       f"missing in {where}): {build_command(major)}")
+
+
+def build_command(major: int) -> str:
+    """The one command that builds CUDA `major`'s set (into the package pip installs)."""
+    if (CHECKOUT.parents[1] / "fakegpu" / "build.py").is_file():  # running from a checkout
+        headers = "" if major == DEFAULT_MAJOR else " with CUDA 12 headers in sight (CUDA12_HOME, or a CUDA 12 torch " \
+                                                    "venv: make .venv-cuda-2.6.0/.deps FAKEGPU_TORCH=2.6.0)"
+        return f"run `make fakegpu` in the torchmem checkout{headers}"
+    pip = "pip install --no-build-isolation --force-reinstall --no-deps <torchmem checkout or git URL>"
+    if major == (torch_build().major or DEFAULT_MAJOR):
+        return f"reinstall torchmem with this torch: {pip}"
+    return f"reinstall torchmem with CUDA {major} headers in sight: CUDA{major}_HOME=<a CUDA {major} toolkit> {pip}"
 
 
 def environment(card: str | int | Card = "80GiB", devices: int = 1, *, hold: bool = False,
