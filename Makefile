@@ -143,9 +143,11 @@ test-cpu-tier: $(CUDA_BUILD)/.built
 # .venv-cuda-$(FAKEGPU12_TORCH) (CUDA 12) and .venv (CPU): each wheel carries the fake GPU's set for its torch,
 # and preflight runs from it with no TORCHMEM_* variable. Several minutes, mostly pip unpacking the CUDA torches;
 # CI runs it.
-test-install: $(VENV)/.built $(CUDA_BUILD)/.built
+# pytest itself runs on the checkout's fake GPU (the tier's conftest asks for it); the venvs' commands get none
+# of its variables.
+test-install: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
-	$(CPU_TIER_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
+	$(FAKEGPU_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
 
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log

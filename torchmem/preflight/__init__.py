@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment
+from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
@@ -150,7 +150,11 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
                     base: Mapping[str, str] | None = None,
                     command: Sequence[str] | None = None) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
-    torch that `command`'s Python runs), plus the start-up hook."""
+    torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused."""
+    build = torch_build(interpreter_of(command, (base or os.environ).get("PATH")) if command else None)
+    if build.version is not None and build.cuda is None:
+        raise FakeGPUError(f"torch {build.version} in {build.python} is a CPU build: preflight runs a CUDA build "
+                           "of torch (CUDA 12 or 13) on the fake GPU, so install one there")
     env = environment(card, devices, base=base, command=command)
     env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
