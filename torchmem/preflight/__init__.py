@@ -94,6 +94,7 @@ class Report:
     processes: list[dict[str, Any]]
     advice: list[Any] | None = None            # torchmem.replay.Advice rows, best first
     advised: tuple[str, int] | None = None     # the (process, device) advise read
+    advice_missing: str | None = None          # why there is no advise table, when there is none
     value: Any = None                          # run(fn)'s return value
     warnings: list[str] = field(default_factory=list)
 
@@ -136,6 +137,7 @@ class Report:
             "processes": [{k: v for k, v in p.items() if k != "devices"} for p in self.processes],
             "advised": list(self.advised) if self.advised else None,
             "advice": [a.to_json() for a in self.advice] if self.advice is not None else None,
+            "advice_missing": self.advice_missing,
             "warnings": self.warnings,
         }
 
@@ -251,6 +253,8 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     report.warnings = warnings_for(report)
     if advise:
         _advise(report)
+    else:
+        report.advice_missing = "advise was not asked for (--no-advise, or advise=False)"
     return report
 
 
@@ -280,11 +284,17 @@ def _advise(report: Report) -> None:
     from torchmem.replay import advise, load_trace
 
     candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
-    if not candidates or not candidates[0].snapshot:
+    if not candidates:
+        report.advice_missing = "no process allocated device memory, so there is no history to replay"
         return
     chosen = candidates[0]
+    if not chosen.snapshot:
+        report.advice_missing = f"{chosen.process} wrote no snapshot"
+        return
     trace = load_trace(chosen.snapshot, device=chosen.device)
     if trace.recorded is not None and not trace.recorded.entries:
+        report.advice_missing = (f"{chosen.snapshot} holds no history for device {chosen.device}: "
+                                 "its recording was stopped or never started")
         return
     report.advice = advise(trace, report.card.usable)
     report.advised = (chosen.process, chosen.device)

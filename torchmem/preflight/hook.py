@@ -6,7 +6,9 @@ starts (torchrun's ranks too). Nothing happens until the process imports
 torch; then, before the script can allocate:
 
 - PyTorch's own history recording starts (``_record_memory_history``), for
-  every device, with Python stacks;
+  every device, with Python stacks; the script's own calls to start, stop or
+  snapshot it see a session of their own, and leave it running (Note [The
+  script's own history]);
 - cuDNN is switched off (``torch.backends.cudnn.enabled = False``: the fake
   GPU has no cuDNN stand-in, so convolutions and batch norm take PyTorch's
   own CUDA kernels; their buffers are not cuDNN's workspaces);
@@ -127,7 +129,8 @@ def _on_torch(torch: Any) -> None:
     if context != "all":
         _state["notes"].append(f"frees were recorded without their stacks: torch {torch.__version__} fails "
                                "compiled code under activation checkpointing when they are (PyTorch issue 179536)")
-    _honour_script_rings(torch)
+    _state["history"] = _ScriptHistory(torch, context, entries)
+    _state["history"].install()
     torch.backends.cudnn.enabled = False
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
@@ -161,46 +164,153 @@ def history_context(version: str) -> str:
     return "alloc" if (2, 11) <= (major, minor) < (2, 14) else "all"
 
 
-# Note [A script's own max_entries]
-# Preflight records from torch's import with no limit. A script that then
-# calls _record_memory_history(max_entries=N) turns that trace into a ring of
-# N entries, and CUDACachingAllocator overwrites the trace's first N entries
-# in place: the trace never shrinks, so old and new entries mix in every
-# later snapshot. On a GPU the script's call finds an empty history. So when
-# the trace already holds N entries or more, the history is cleared at the
-# script's call, the script's ring then keeps its last N entries as on a GPU,
-# and the report notes it. A shorter trace is kept: the ring overwrites its
-# oldest entries first, in order.
+# Note [The script's own history]
+# PyTorch has one history recorder per process, and preflight's recording
+# needs it from torch's import to the end. Many scripts start, dump and stop
+# their own: _record_memory_history(max_entries=N), _dump_snapshot(path),
+# _record_memory_history(enabled=None). On a card the stop empties the
+# history, so preflight's snapshot would hold no entries. So the recorder's
+# two entry points in torch._C are wrapped, which also catches a script that
+# calls them directly:
+# - _cuda_record_memory_history (and its _legacy form) keeps preflight's
+#   recording on: the script's call only opens or closes the script's session
+#   and sets its max_entries, skip_actions and context. Flags that only add
+#   to what is recorded (compile_context, global_record_annotations, pinned
+#   host memory) are passed on.
+# - _cuda_memorySnapshot answers the script with a copy of the full snapshot
+#   whose device_traces hold what a card would have recorded for it: the
+#   entries since its session began, less its skip_actions, the last N of
+#   them, with no frames when its context is None. Outside a session they are
+#   empty, as on a card after a stop.
+# Where a session begins is where the trace ended when it was opened (the
+# snapshot taken there appends a `snapshot` entry, skipped: a card would not
+# have it). Under --max-entries preflight's own ring drops entries from the
+# front, so the boundary is found again by the entry just before it, compared
+# without time_us (each snapshot converts times afresh). Preflight's own
+# snapshots at exit and OOM call the unwrapped function.
+# Not reproduced: C++ frames (stacks="all"; preflight records Python frames),
+# frees' frames under context="alloc" (a card gives them the allocation's),
+# and frames on blocks allocated before the session.
 
-def _honour_script_rings(torch: Any) -> None:
-    """Wraps torch.cuda.memory._record_memory_history (Note [A script's own max_entries])."""
-    memory = torch.cuda.memory
-    inner = memory._record_memory_history
-
-    def script_record_memory_history(enabled: Any = "all", *args: Any, **kwargs: Any) -> Any:
-        ring = kwargs.get("max_entries", args[2] if len(args) > 2 else None)
-        if enabled is not None and enabled is not False and isinstance(ring, int) and ring < sys.maxsize:
-            held = _trace_length(torch)
-            if held >= ring:
-                _clear_history(inner)
-                _state["notes"].append(f"the script asked for a history of {ring:,} entries at {_site()}; "
-                                       f"the {held:,} entries recorded before were dropped there")
-        return inner(enabled, *args, **kwargs)
-
-    script_record_memory_history.__doc__ = inner.__doc__
-    memory._record_memory_history = script_record_memory_history
+_RECORD_ON = ("all", "state", True)
 
 
-def _trace_length(torch: Any) -> int:
-    if not torch.cuda.is_initialized():
+class _ScriptHistory:
+    """The script's own view of the history recorder (Note [The script's own history])."""
+
+    def __init__(self, torch: Any, context: str, max_entries: int) -> None:
+        memory = torch.cuda.memory
+        self.torch = torch
+        self.record = torch._C._cuda_record_memory_history
+        self.legacy = getattr(torch._C, "_cuda_record_memory_history_legacy", None)
+        self.raw_snapshot = torch._C._cuda_memorySnapshot
+        self.defaults = _arguments(getattr(memory, "_record_memory_history_impl", None))
+        self.names = list(self.defaults)
+        self.legacy_names = list(_arguments(getattr(memory, "_record_memory_history_legacy", None)))
+        self.own = {"enabled": "all", "context": context, "stacks": "python", "max_entries": max_entries}
+        self.bounded = max_entries < sys.maxsize
+        self.session: dict[str, Any] | None = None
+        self.extra: dict[str, Any] = {}
+
+    def install(self) -> None:
+        torch_c = self.torch._C
+        torch_c._cuda_record_memory_history = self.script_record
+        if self.legacy is not None:
+            torch_c._cuda_record_memory_history_legacy = self.script_record_legacy
+        torch_c._cuda_memorySnapshot = self.script_snapshot
+
+    def snapshot(self) -> dict[str, Any]:
+        """The full snapshot, preflight's own (its `snapshot` entry is appended to every device's trace)."""
+        try:
+            return self.raw_snapshot(None)
+        except TypeError:  # torch before 2.8 takes no mempool id
+            return self.raw_snapshot()
+
+    def stop(self) -> None:
+        """Stops the recorder for good: preflight's snapshot is written."""
+        self.record(None, *(self.defaults[n] for n in self.names[1:]))
+
+    def script_record(self, *args: Any, **kwargs: Any) -> None:
+        given = dict(zip(self.names, args), **kwargs)
+        self._script_call(given.get("enabled"), given.get("context", "all"), given.get("stacks", "all"),
+                          given.get("max_entries", sys.maxsize), given)
+
+    def script_record_legacy(self, *args: Any, **kwargs: Any) -> None:
+        given = dict(zip(self.legacy_names, args), **kwargs)
+        context = "alloc" if given.get("trace_alloc_record_context") else \
+            "state" if given.get("record_context", True) else None
+        stacks = "all" if given.get("record_context_cpp") else "python"
+        self._script_call(bool(given.get("enabled")), context, stacks, given.get("trace_alloc_max_entries", 1),
+                          given)
+
+    def _script_call(self, enabled: Any, context: Any, stacks: str, max_entries: int, given: dict[str, Any]) -> None:
+        extra = {n: given[n] for n in _ADDITIVE if given.get(n) and n in self.names}
+        if extra.items() - self.extra.items() or not self.torch.cuda.is_initialized():
+            self.extra.update(extra)  # the call also initialises CUDA, as the script's own would
+            self.record(*(self.extra.get(n, self.own.get(n, self.defaults[n])) for n in self.names))
+        if enabled not in _RECORD_ON:
+            self.session = None  # a card empties the history at a stop
+            return
+        if self.session is None or given.get("clear_history"):
+            full = self.snapshot()
+            starts = [(len(t), _anchor(t[-1]) if t else None) for t in full["device_traces"]]
+            self.session = {"starts": starts}
+        self.session.update(max_entries=max(1, int(max_entries)), context=context,
+                            skip=set(given.get("skip_actions") or ()))
+        if stacks == "all" and _CPP_NOTE not in _state["notes"]:
+            _state["notes"].append(_CPP_NOTE)
+
+    def script_snapshot(self, *args: Any) -> dict[str, Any]:
+        full = self.raw_snapshot(*args)
+        view = dict(full)
+        view["device_traces"] = [self._window(d, trace) for d, trace in enumerate(full.get("device_traces", []))]
+        return view
+
+    def _window(self, device: int, trace: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        session = self.session
+        if session is None or device >= len(session["starts"]):
+            return []
+        index, anchor = session["starts"][device]
+        start = _boundary(trace, index, anchor) if self.bounded else index
+        if start < len(trace) and trace[start].get("action") == "snapshot":
+            start += 1  # the snapshot that opened the session
+        entries = [e for e in trace[start:] if e.get("action") not in session["skip"]]
+        entries = entries[-session["max_entries"]:]
+        if session["context"] is None:
+            entries = [{k: v for k, v in e.items() if k != "frames"} for e in entries]
+        return entries
+
+
+_ADDITIVE = ("compile_context", "global_record_annotations", "record_pinned_host_memory")
+_CPP_NOTE = ("the script asked its own history for C++ frames (stacks=\"all\"): its own snapshots hold the Python "
+             "frames preflight records")
+
+
+def _arguments(function: Any) -> dict[str, Any]:
+    """The positional arguments torch._C's recorder takes, with their defaults: its Python caller's, less
+    `device` (the same order on 2.6 to 2.14)."""
+    import inspect
+
+    if function is None:
+        return {"enabled": None, "context": "all", "stacks": "all", "max_entries": sys.maxsize}
+    parameters = inspect.signature(function).parameters
+    return {n: [] if n == "skip_actions" and p.default is None else p.default
+            for n, p in parameters.items() if n != "device"}
+
+
+def _anchor(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "time_us"}
+
+
+def _boundary(trace: list[dict[str, Any]], index: int, anchor: dict[str, Any] | None) -> int:
+    """Where a boundary taken at trace length `index`, just after `anchor`, now lies in a ring that drops from the
+    front: 0 when the anchor was dropped."""
+    if anchor is None:
         return 0
-    return max((len(t) for t in torch.cuda.memory._snapshot()["device_traces"]), default=0)
-
-
-def _clear_history(inner: Any) -> None:
-    """Stops recording, which empties the history (a function of its own: a wrapper above can tell it from the
-    script's call)."""
-    inner(enabled=None)
+    for i in range(min(index, len(trace)) - 1, -1, -1):
+        if _anchor(trace[i]) == anchor:
+            return i + 1
+    return 0
 
 
 def _take_outside(torch: Any, size: int) -> None:
@@ -478,7 +588,7 @@ def _quiesce_autograd(timeout: float = 10.0) -> None:
     if torch is None or torch.version.cuda is None or not torch.cuda.is_initialized():
         return
     try:
-        torch.cuda.memory._record_memory_history(enabled=None)  # the snapshot is written: stop recording stacks
+        _state["history"].stop()  # the snapshot is written: stop recording stacks
         marker_var: contextvars.ContextVar[Any] = contextvars.ContextVar("torchmem_preflight_quiesce")
         for d in range(torch.cuda.device_count()):
             if not torch.cuda.memory_stats(d).get("num_device_alloc", 0):
@@ -513,7 +623,10 @@ def _write() -> None:
     out = os.environ[OUT]
     base = os.path.join(out, name())
     if used:
-        torch.cuda.memory._dump_snapshot(base + ".pickle")
+        import pickle
+
+        with open(base + ".pickle", "wb") as f:
+            pickle.dump(_state["history"].snapshot(), f)  # the whole recording (Note [The script's own history])
     devices = []
     for d in range(torch.cuda.device_count() if used else 0):
         stats = torch.cuda.memory_stats(d)

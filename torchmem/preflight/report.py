@@ -103,6 +103,8 @@ def format_report(report: "Report") -> str:
     if snapshots:
         lines.append(f"Native snapshot{'s' if len(snapshots) > 1 else ''}: {', '.join(snapshots)} "
                      "(torchmem replay, torchmem viz, or PyTorch's memory_viz)")
+    if report.advice_missing:
+        lines.append(f"No advise table: {report.advice_missing}.")
     if report.advice:
         process, device = report.advised or ("?", 0)
         lines.append("")
