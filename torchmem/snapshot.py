@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from torchmem import _C
 from torchmem.devices import caching_allocator, device_name
-from torchmem.trace_types import SNAPSHOT_ACTIONS, TraceError
+from torchmem.trace_types import MEMORY_ACTIONS, SNAPSHOT_ACTIONS, TraceError, unknown_action
 
 __all__ = [
     "block_state",
@@ -298,10 +298,13 @@ def validate_snapshot(data: Any, name: str = "snapshot") -> dict:
             raise TraceError(f"{name}: device_traces[{d}] must be a list, not {type(device_trace).__name__}")
         for k, entry in enumerate(device_trace):
             where = f"{name}: device {d} entry {k}"
+            if isinstance(entry, dict) and "action" in entry and not (isinstance(entry["action"], str)
+                                                                      and entry["action"] in SNAPSHOT_ACTIONS):
+                unknown_action(entry, where)  # a warning where it changes no memory, else TraceError
+                _check_keys(entry, {"action": str}, where)
+                continue
             _check_keys(entry, _TRACE_KEYS, where)
-            if entry["action"] not in SNAPSHOT_ACTIONS:
-                raise TraceError(f"{where}: unknown action {entry['action']!r} (expected one of {', '.join(sorted(SNAPSHOT_ACTIONS))})")
-            if entry["action"] not in ("oom", "snapshot") and not isinstance(entry.get("addr"), int):
+            if entry["action"] in MEMORY_ACTIONS and entry["action"] != "oom" and not isinstance(entry.get("addr"), int):
                 raise TraceError(f"{where}: {entry['action']} without an integer 'addr'")
     return data
 

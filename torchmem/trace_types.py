@@ -29,11 +29,40 @@ RECORDED_RETRY, FREE_AT_SYNC = _OPS["RECORDED_RETRY"], _OPS["FREE_AT_SYNC"]
 REQUEST_RELEASE = _OPS["REQUEST_RELEASE"]
 CHUNK = 1 << 16
 
-# Actions of PyTorch's device_traces, and what replay does with each.
-SNAPSHOT_ACTIONS = {
+# Actions of PyTorch's device_traces (c10/core/CachingDeviceAllocator.h, torch 2.14.1): those that change
+# memory, and those that only note something (a snapshot taken; an annotation of a live block), which every
+# reader carries through and replay leaves out.
+MEMORY_ACTIONS = frozenset({
     "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-    "segment_map", "segment_unmap", "oom", "snapshot",
-}
+    "segment_map", "segment_unmap", "oom",
+})
+NOTE_ACTIONS = frozenset({"snapshot", "annotate"})
+SNAPSHOT_ACTIONS = MEMORY_ACTIONS | NOTE_ACTIONS
+_warned_actions: set[tuple[str, str]] = set()  # (file and device, action) already warned of
+
+
+def unknown_action(entry: dict, where: str) -> None:
+    """An action no release torchmem knows writes: a one-line warning on stderr (once per action, file
+    and device) where the entry changes no memory, else a TraceError naming the entry.
+
+    The rule: an entry changes no memory when it has no 'size' or a size of 0, so
+    a replay has nothing to place or release; any other size, or an action that is
+    not a string, may change memory and is refused.
+    """
+    import sys
+
+    from torchmem.input_files import short_repr
+
+    action, size = entry.get("action"), entry.get("size", 0)
+    if not isinstance(action, str) or size != 0 or isinstance(size, bool):
+        what = f"with a size of {short_repr(size)}" if isinstance(action, str) else "that is not a name"
+        raise TraceError(f"{where}: unknown action {short_repr(action)} {what}: it may change memory, so it "
+                         f"cannot be left out (known: {', '.join(sorted(SNAPSHOT_ACTIONS))})")
+    key = (where.rpartition(" entry ")[0], action)
+    if key not in _warned_actions:
+        _warned_actions.add(key)
+        print(f"warning: {where}: unknown action {short_repr(action)} carried through: it has no size, "
+              f"so it changes no memory", file=sys.stderr)
 
 
 class TraceError(ValueError):
@@ -73,6 +102,7 @@ class Trace:
     recorded: Any = None  # replay.snapshot_trace.RecordedRun: settings, capacity, OOM (snapshots)
     skipped_lines: int = 0     # bad lines or entries skipped (skip_bad_events); a JSON-lines file's once read
     first_skipped: str = ""    # the first of them, named
+    annotations: list = field(default_factory=list)  # torchmem.annotations.Annotation: a snapshot's annotate entries
 
     def chunks(self) -> Iterator[Chunk]:
         return self._factory()

@@ -294,7 +294,7 @@ FILE_CASES = [
      "no device_traces"),
     ("trace-pickle-device-traces-dict", "d.pickle", pickle.dumps({"segments": [], "device_traces": {"a": 1}}), _events,
      traces.TraceError, "no device_traces"),
-    ("trace-pickle-unknown-action", "a.pickle", _snapshot([[{"action": "boom"}]]), _events, traces.TraceError,
+    ("trace-pickle-unknown-action", "a.pickle", _snapshot([[{"action": "boom", "addr": 1, "size": 512}]]), _events, traces.TraceError,
      "unknown action 'boom'"),
     ("trace-pickle-entry-not-dict", "x.pickle", _snapshot([[5]]), _events, traces.TraceError, "not a trace entry"),
     ("jsonl-not-json", "b.jsonl", '{"op": "alloc", "id": 1, "size"\n', _events, traces.TraceError,

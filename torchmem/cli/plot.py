@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         summary = {"output": args.output, "kind": "timeline", "device": t.device, "device_choice": used, "events": t.events,
                    "peak_allocated": int(t.allocated.max()), "peak_reserved": int(t.reserved.max()),
                    "max_reserved_minus_allocated": int((t.reserved - t.allocated).max()),
-                   "ooms": [{k: int(v) for k, v in o.items()} for o in t.ooms], "notes": t.notes}
+                   "ooms": [{k: int(v) for k, v in o.items()} for o in t.ooms], "notes": t.notes,
+                   "annotations": [a.entry for a in t.annotations]}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

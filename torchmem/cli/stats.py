@@ -14,7 +14,7 @@ def register(subparsers) -> None:
         help="totals of a snapshot: allocated, free internal, free external, reserved",
         description="Print a snapshot's totals: allocated (bytes requested by live allocations), free internal "
         "(rounding inside them), free external (free blocks inside segments), which add up to reserved; the "
-        "largest free block; per pool. One device: --device, else the one with an OOM, else the one with the most "
+        "largest free block; per pool; the trace's annotations and user metadata. One device: --device, else the one with an OOM, else the one with the most "
         "history.",
     )
     p.add_argument("snapshot", help=f"the snapshot: {SNAPSHOT_FORMATS}")
@@ -25,6 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torchmem.annotations import as_json, format_notes
     from torchmem.snapshot import load
     from torchmem.snapshot_devices import choose_device, device_segments
     from torchmem.viz.totals import format_totals, totals
@@ -33,7 +34,11 @@ def run(args: argparse.Namespace) -> int:
     choice = choose_device(snapshot, args.device, args.snapshot)
     t = totals({"segments": device_segments(snapshot, choice.device)})
     if args.json:
-        print(json.dumps(dict(t, device=choice.device, device_choice=choice.describe()), indent=2))
+        print(json.dumps(dict(t, device=choice.device, device_choice=choice.describe(),
+                              **as_json(snapshot, choice.device)), indent=2))
     else:
         print(format_totals(t, f"{args.snapshot}, {choice.describe()}"))
+        notes = format_notes(snapshot, choice.device)
+        if notes:
+            print(notes)
     return 0

@@ -37,6 +37,7 @@ import numpy as np
 
 from torchmem import _C
 from torchmem.pytorch_env import conf_items, recorded_conf_string
+from torchmem.annotations import annotation_entries, metadata_values
 from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_spacing, card_of, expandable_capacity,
                                      segment_request)
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
@@ -233,7 +234,8 @@ def _conf_only_items(conf: Any) -> list[str]:
 def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
     """The replayable trace of one device of a snapshot (see the module docstring).
 
-    Raises TraceError naming the entry for an unknown action, a malformed
+    Raises TraceError naming the entry for an unknown action that may change
+    memory (trace_types.unknown_action; one that cannot is a warning), a malformed
     entry, an oom entry without device_free, or a trace that contradicts its
     final segments; with skip_bad_events those entries are skipped and counted
     in the trace's notes instead.
@@ -360,6 +362,11 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     if bad.count:
         notes.append(f"skipped {bad.count} bad trace entries" + (f" (first: {bad.first})" if bad.first else ""))
     notes += start.notes
+    found, stamped = annotation_entries(entries), metadata_values(entries)
+    if found or stamped:
+        notes.append(f"{len(found):,} annotation{'s' if len(found) != 1 else ''} and {len(stamped):,} user metadata "
+                     f"value{'s' if len(stamped) != 1 else ''} carried through: they change no memory "
+                     "(torchmem stats lists them)")
     ops, ids, sizes, streams, addrs = cols[:5]
 
     def factory() -> Iterator[Chunk]:
@@ -368,7 +375,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
     return Trace(name, factory, total=len(ops), notes=notes, start=start, recorded=recorded,
-                 skipped_lines=bad.count, first_skipped=bad.first)
+                 skipped_lines=bad.count, first_skipped=bad.first, annotations=found)
 
 
 def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: list[dict],

@@ -34,9 +34,9 @@ from torchmem import _C
 from torchmem.replay.entries import int_field
 from torchmem.replay.release_runs import ALLOCATOR, NO_SEGMENT, PROGRAM, ReleaseRun, python_stack, release_origin
 from torchmem.replay.sync_frees import SyncFrees
-from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED, POOL,
-                                  RELEASE_SEGMENT, SEGMENT_ADDRESS, SNAPSHOT_ACTIONS, SURVIVED_FAILED_ALLOC,
-                                  TraceError)
+from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED,
+                                  NOTE_ACTIONS, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SNAPSHOT_ACTIONS,
+                                  SURVIVED_FAILED_ALLOC, TraceError, unknown_action)
 
 DEFAULT_POOL = (0, 0)
 
@@ -373,10 +373,14 @@ class _Builder:
             return self.bad_entry(i, "not a trace entry (expected a dict with an 'action')")
         action = entry["action"]
         if not isinstance(action, str) or action not in SNAPSHOT_ACTIONS:
-            from torchmem.input_files import short_repr
-
-            return self.bad_entry(i, f"unknown action {short_repr(action)} (expected one of "
-                                     f"{', '.join(sorted(SNAPSHOT_ACTIONS))})")
+            try:
+                return unknown_action(entry, self.bad_entry.where(i))  # one that changes no memory: left out
+            except TraceError as exc:
+                if not self.bad_entry.skip:
+                    raise
+                return self.bad_entry.caught(exc)
+        if action in NOTE_ACTIONS:  # a snapshot taken, an annotation: no memory changes, and no run of releases ends
+            return None
         if action in ("segment_free", "segment_unmap"):
             if self.segment_after_release:
                 self.settle_release(action)
@@ -395,7 +399,7 @@ class _Builder:
                 self.run_origin = release_origin(self.run_stack, python_stack(entry))
                 self.run_stream = entry.get("stream") if isinstance(entry.get("stream"), int) else 0
             self.segment_after_release = bool(self.pending_release)
-        elif action != "snapshot" and not (action.startswith("free") and action != free_action) \
+        elif not (action.startswith("free") and action != free_action) \
                 and not self.inside_release(entry, action, free_action):
             if action == "alloc" and self.pending_release and self.retry_without_segment(entry):
                 self.run_new_creation, self.run_position, self.run_origin = NO_SEGMENT, len(self.cols.ops), ALLOCATOR
@@ -412,9 +416,9 @@ class _Builder:
 
     def dispatch(self, i: int, entry: dict, action: str, free_action: str) -> None:
         where = _Where(self.bad_entry, i)  # written out only in an error: a million f-strings cost half a second
-        if self.sync_frees.candidates and action not in (free_action, "oom", "snapshot"):  # read first: the hot path
+        if self.sync_frees.candidates and action not in (free_action, "oom"):  # read first: the hot path
             self.sync_frees.clear()
-        if action == "snapshot" or (action.startswith("free") and action != free_action):
+        if action.startswith("free") and action != free_action:
             if action == "free_requested" and self.two_step_frees:  # and free_action is free_completed
                 self.request_free(entry, where)
             return

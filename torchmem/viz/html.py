@@ -21,6 +21,7 @@ from torchmem.sizes import fmt_size
 from torchmem.viz.totals import totals
 
 MAX_POINTS = 1500
+MAX_ANNOTATIONS = 500  # marked and listed; the rest are counted
 MAX_SEGMENTS = 60
 MAX_BLOCKS_PER_SEGMENT = 400
 
@@ -141,6 +142,12 @@ def _timeline_svg(t: Timeline) -> str:
             parts.append(f'<circle cx="{px(i):.1f}" cy="{py(v):.1f}" r="3" fill="{COLORS["largest_free"]}" fill-opacity="0.35">'
                          f'<title>{"when recording began" if i == 0 else f"after trace entry {int(i) - 1:,}"}: allocated {_e(fmt_size(int(t.allocated[i]), 1))}, reserved '
                          f'{_e(fmt_size(int(t.reserved[i]), 1))}, largest free block {_e(fmt_size(int(v), 1))}</title></circle>')
+    for a in t.annotations[:MAX_ANNOTATIONS]:  # light marks, as memory_viz shows them beside the blocks
+        xa = px(a.entry + 1)
+        parts.append(f'<line class="annotation" x1="{xa:.1f}" x2="{xa:.1f}" y1="{top}" y2="{h - bottom}" '
+                     f'stroke="{COLORS["annotation"]}" stroke-width="1" stroke-opacity="0.45" stroke-dasharray="2,3">'
+                     f'<title>annotation at trace entry {a.entry:,}: {_e(a.text)}'
+                     f'{f" ({_e(fmt_size(a.size, 1))} block)" if a.size is not None else ""}</title></line>')
     for o in t.ooms:
         xo = px(o["index"])
         parts.append(f'<line x1="{xo:.1f}" x2="{xo:.1f}" y1="{top}" y2="{h - bottom}" stroke="{COLORS["oom"]}" stroke-width="2">'
@@ -252,7 +259,8 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
         out.append(_legend([("allocated", COLORS["requested"]), ("reserved", COLORS["reserved"]),
                             ("reserved but not allocated", "rgba(221,107,32,0.3)"),
                             ("largest free block (sampled)", COLORS["largest_free"])]
-                           + ([("OOM", COLORS["oom"])] if ooms else [])))
+                           + ([("OOM", COLORS["oom"])] if ooms else [])
+                           + ([("annotation", COLORS["annotation"])] if t.annotations else [])))
         out.append(_timeline_svg(t))
         for note in t.notes:
             out.append(f'<p class="note">Note: {_e(note)}.</p>')
@@ -275,6 +283,16 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
                    f'<td class="n">{_e(fmt_size(o["allocated"], 1))}</td><td class="n">{_e(fmt_size(o["reserved"], 1))}</td>'
                    f'<td class="n">{_e(fmt_size(o["device_free"], 1))}</td></tr>' for o in ooms)
         out.append("</table>")
+    if t is not None and t.annotations:
+        out.append(f'<h2 id="annotations">Annotations ({len(t.annotations):,})</h2><table><tr><th>trace entry</th>'
+                   "<th>annotation</th><th>block</th><th>address</th></tr>")
+        out.extend(f'<tr><td class="n">{a.entry:,}</td><td>{_e(a.text)}</td>'
+                   f'<td class="n">{_e(fmt_size(a.size, 1)) if a.size is not None else ""}</td>'
+                   f'<td class="n">{f"0x{a.addr:x}" if a.addr is not None else ""}</td></tr>'
+                   for a in t.annotations[:MAX_ANNOTATIONS])
+        out.append("</table>")
+        if len(t.annotations) > MAX_ANNOTATIONS:
+            out.append(f'<p class="note">The first {MAX_ANNOTATIONS:,} are shown.</p>')
     out.append('<p class="note">Made by torchmem viz. This page needs no network.</p></body></html>')
     return "\n".join(out)
 

@@ -16,6 +16,7 @@ COLORS = {
     "reserved": "#dd6b20",
     "largest_free": "#2f855a",
     "oom": "#c53030",
+    "annotation": "#805ad5",      # torch.cuda.memory._annotate_tensor's entries, marked lightly
 }
 
 
@@ -56,6 +57,9 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
     ax.plot(x_free, t.largest_free / scale, color=COLORS["largest_free"], lw=1.1, ls="--",
             label="largest free block")
     top = max(float(resv.max()), float(alloc.max()), 1e-9)
+    for k, a in enumerate(t.annotations[:500]):  # light marks; `torchmem stats` lists them
+        ax.axvline(x_all[a.entry + 1], color=COLORS["annotation"], lw=0.7, ls=":", alpha=0.5,
+                   label="annotation" if k == 0 else None)
     for o in t.ooms:
         xo = x_all[o["index"]]
         ax.axvline(xo, color=COLORS["oom"], lw=1.3)

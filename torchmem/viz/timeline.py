@@ -45,6 +45,7 @@ class Timeline:
     ooms: list[dict] = field(default_factory=list)  # {"entry", "index", "time_us", "size", "device_free", "allocated", "reserved"}
     notes: list[str] = field(default_factory=list)
     device_choice: str = ""  # "device 0 (the one with the OOM)" (torchmem.snapshot_devices)
+    annotations: list = field(default_factory=list)  # torchmem.annotations.Annotation: annotate entries
 
     @property
     def entry(self) -> np.ndarray:
@@ -59,6 +60,7 @@ def _round(size: int) -> int:
 def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
              progress: Callable[[int], None] | None = None) -> Timeline:
     """The series of `device` (default: the one with the OOM, else the longest history)."""
+    from torchmem.annotations import annotation_entries
     from torchmem.snapshot_devices import choose_device
 
     choice = choose_device(snapshot, device)
@@ -80,8 +82,8 @@ def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
             "segment_free": (0, -1), "segment_unmap": (0, -1)}
     for i, e in enumerate(entries, 1):
         a, r = sign.get(e["action"], (0, 0))
-        d_alloc[i] = a * e["size"]
-        d_resv[i] = r * e["size"]
+        d_alloc[i] = a * e["size"] if a else 0
+        d_resv[i] = r * e["size"] if r else 0
         times[i] = e.get("time_us", 0)
         if e["action"] == "oom":
             ooms.append({"entry": i - 1, "index": i, "time_us": times[i], "size": e["size"], "device_free": e.get("device_free", e.get("addr", 0))})
@@ -96,7 +98,7 @@ def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
 
     free_index, largest = _largest_free_series(entries, segments, samples, progress)
     return Timeline(device, n, np.arange(n + 1), times, allocated, reserved, free_index, largest, ooms, notes,
-                    choice.describe())
+                    choice.describe(), annotation_entries(entries))
 
 
 class _Ranges:
