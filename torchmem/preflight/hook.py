@@ -180,8 +180,8 @@ def history_context(version: str) -> str:
 # - _cuda_memorySnapshot answers the script with a copy of the full snapshot
 #   whose device_traces hold what a card would have recorded for it: the
 #   entries since its session began, less its skip_actions, the last N of
-#   them, with no frames when its context is None. Outside a session they are
-#   empty, as on a card after a stop.
+#   them, with the frames its context keeps (_with_context). Outside a
+#   session they are empty, as on a card after a stop.
 # Where a session begins is where the trace ended when it was opened (the
 # snapshot taken there appends a `snapshot` entry, skipped: a card would not
 # have it). Under --max-entries preflight's own ring drops entries from the
@@ -189,8 +189,8 @@ def history_context(version: str) -> str:
 # without time_us (each snapshot converts times afresh). Preflight's own
 # snapshots at exit and OOM call the unwrapped function.
 # Not reproduced: C++ frames (stacks="all"; preflight records Python frames),
-# frees' frames under context="alloc" (a card gives them the allocation's),
-# and frames on blocks allocated before the session.
+# a free's own stack under context="all" on 2.11 to 2.13 (preflight records
+# "alloc" there), and the frames on blocks allocated before the session.
 
 _RECORD_ON = ("all", "state", True)
 
@@ -274,11 +274,35 @@ class _ScriptHistory:
         start = _boundary(trace, index, anchor) if self.bounded else index
         if start < len(trace) and trace[start].get("action") == "snapshot":
             start += 1  # the snapshot that opened the session
-        entries = [e for e in trace[start:] if e.get("action") not in session["skip"]]
-        entries = entries[-session["max_entries"]:]
-        if session["context"] is None:
-            entries = [{k: v for k, v in e.items() if k != "frames"} for e in entries]
-        return entries
+        entries = _with_context(trace[start:], session["context"], self.own["context"])
+        entries = [e for e in entries if e.get("action") not in session["skip"]]
+        return entries[-session["max_entries"]:]
+
+
+_FREES = ("free_requested", "free_completed")
+
+
+def _with_context(entries: list[dict[str, Any]], context: Any, recorded: str) -> list[dict[str, Any]]:
+    """The entries with the frames a card records under the script's `context`, from those preflight recorded
+    under `recorded`: none under None or "state"; under "alloc", a free carries its block's allocation's stack,
+    recorded in the session (checked against the fake GPU without preflight, torch 2.14.1)."""
+    if context is None or context == "state":
+        return [{k: v for k, v in e.items() if k != "frames"} for e in entries]
+    if context != "alloc" or recorded == "alloc":
+        return entries  # what preflight recorded is what the card records
+    blocks: dict[Any, Any] = {}  # a live block's stack at its allocation, made in the session
+    out = []
+    for e in entries:
+        action = e.get("action")
+        if action == "alloc":
+            blocks[e.get("addr")] = e.get("frames")
+        elif action in _FREES:
+            frames = blocks.pop(e.get("addr"), None) if action == "free_completed" else blocks.get(e.get("addr"))
+            e = {k: v for k, v in e.items() if k != "frames"}
+            if frames:
+                e["frames"] = frames
+        out.append(e)
+    return out
 
 
 _ADDITIVE = ("compile_context", "global_record_annotations", "record_pinned_host_memory")
