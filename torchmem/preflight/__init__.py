@@ -153,8 +153,9 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
                     command: Sequence[str] | None = None) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
     torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused."""
-    build = torch_build(interpreter_of(command, (base or os.environ).get("PATH")) if command else None)
-    if build.version is not None and build.cuda is None:
+    python = interpreter_of(command, (base or os.environ).get("PATH")) if command else None
+    build = torch_build(python) if python else None  # a command that is not found is named by the run
+    if build is not None and build.version is not None and build.cuda is None:
         raise FakeGPUError(f"torch {build.version} in {build.python} is a CPU build: preflight runs a CUDA build "
                            "of torch (CUDA 12 or 13) on the fake GPU, so install one there")
     env = environment(card, devices, base=base, command=command)
