@@ -365,8 +365,8 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *info) {
  * times it; values are garbage on the fake GPU anyway), a reduce-scatter
  * takes this rank's slice, a broadcast keeps the root's data. This keeps the
  * checks that read results back on the CPU consistent: DDP all-gathers each
- * rank's parameter shapes and fails when they differ. Device memory is host
- * memory, so these are memmoves, done at the call. Only payloads up to
+ * rank's parameter shapes and fails when they differ. These are the fake
+ * runtime's copies (fakegpu_copy), done at the call. Only payloads up to
  * SMALL_PAYLOAD bytes per rank are copied: those are the metadata a CPU
  * reads back. Larger ones (gathered parameters, gradients) are not touched,
  * so their pages never take host memory. Send and receive move nothing.
@@ -385,8 +385,13 @@ static size_t small(size_t count, int type) {
   return bytes <= SMALL_PAYLOAD ? bytes : 0;
 }
 
+/* Through the fake runtime's copy (Note [Device memory holds no data] in its contents.c): device pages are never
+ * touched, and only what the runtime keeps of small copies moves. */
 static void copy(void *to, const void *from, size_t bytes) {
-  if (bytes != 0 && to != NULL && from != NULL && to != from) memmove(to, from, bytes);
+  typedef void (*copy_fn)(void *, const void *, size_t);
+  static copy_fn runtime_copy;
+  if (runtime_copy == NULL) runtime_copy = (copy_fn)runtime("fakegpu_copy");
+  if (bytes != 0 && to != NULL && from != NULL && to != from && runtime_copy != NULL) runtime_copy(to, from, bytes);
 }
 
 /* Every rank's slot of `to` gets `from`: what each peer would send, were it this rank. */

@@ -18,7 +18,9 @@
  * (oldest lowest): on torch 2.13+, which breaks ties by segment age, that
  * replay is exact only for rising addresses.
  * Reservations (cuMemAddressReserve, expandable segments) always take the
- * lowest free range: no recording here shows where a driver puts them. */
+ * lowest free range: no recording here shows where a driver puts them.
+ * Nothing in the fake writes this space (Note [Device memory holds no data],
+ * contents.c), so its pages are never backed. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
@@ -113,9 +115,18 @@ void *fg_map_aligned(size_t size, int prot) { return map_range(size, prot, 0); }
 
 void *fg_map_device(size_t size, int prot) { return map_range(size, prot, falling_addresses()); }
 
+int fg_in_device_space(const void *ptr) {
+  uintptr_t p = (uintptr_t)ptr;
+  pthread_mutex_lock(&space_lock);
+  int inside = space_start != 0 && p >= space_start && p < space_start + SPACE_SIZE;
+  pthread_mutex_unlock(&space_lock);
+  return inside;
+}
+
 void fg_unmap_aligned(void *ptr, size_t size) {
   size = (size + FG_GRANULE - 1) & ~(FG_GRANULE - 1);
-  /* Drop the backing and the access; the range stays reserved. */
+  /* Drop the backing, the access and what reads back; the range stays reserved. */
+  fg_contents_forget(ptr, size);
   mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   struct hole h = {(uintptr_t)ptr, (uintptr_t)ptr + size};
   pthread_mutex_lock(&space_lock);

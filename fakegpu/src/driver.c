@@ -4,8 +4,10 @@
  *
  * Physical memory (cuMemCreate) is a range of one sparse memfd per process;
  * cuMemMap maps that range at the reserved address (MAP_SHARED|MAP_FIXED), so
- * two mappings of one handle share bytes as on a GPU; cuMemRelease punches
+ * two mappings of one handle share pages as on a GPU; cuMemRelease punches
  * the range out of the file. Reserved ranges are PROT_NONE anonymous maps.
+ * Nothing writes those pages (Note [Device memory holds no data]), so the
+ * file stays a hole and costs the host nothing.
  *
  * A name the table does not know gets a function that logs
  * "unimplemented driver NAME" when called and returns CUDA_ERROR_NOT_SUPPORTED
@@ -119,6 +121,7 @@ static CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
   if (!refused) ++fg_counters[FG_VMM_UNMAPS];
   pthread_mutex_unlock(&fg_lock);
   if (refused) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  fg_contents_forget((void *)(uintptr_t)ptr, size);
   void *at = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
                   -1, 0);
   return at == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;

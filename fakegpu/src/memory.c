@@ -1,6 +1,7 @@
-/* Device memory as host memory: cudaMalloc takes a range of the device
- * address space (address_space.c; no backing until touched), copies are memcpy, pinned host memory is
- * malloc'ed. A card's capacity is charged in 2 MiB units. */
+/* Device memory as host address space: cudaMalloc takes a range of the device
+ * address space (address_space.c; never backed), copies and memsets follow
+ * Note [Device memory holds no data] (contents.c), pinned host memory is
+ * real, malloc'ed memory. A card's capacity is charged in 2 MiB units. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
   (void)kind;
   int run = 0;
   cudaError_t err = on_stream(stream, &run);
-  if (err == cudaSuccess && run && count > 0 && dst != src) memmove(dst, src, count);
+  if (err == cudaSuccess && run) fg_contents_copy(dst, src, count);
   return fg_ret(err);
 }
 
@@ -109,7 +110,8 @@ cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t 
   int run = 0;
   cudaError_t err = on_stream(stream, &run);
   if (err == cudaSuccess && run)
-    for (size_t row = 0; row < height; ++row) memmove((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+    for (size_t row = 0; row < height; ++row)
+      fg_contents_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
   return fg_ret(err);
 }
 
@@ -121,7 +123,7 @@ cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitc
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream) {
   int run = 0;
   cudaError_t err = on_stream(stream, &run);
-  if (err == cudaSuccess && run && count > 0) memset(ptr, value, count);
+  if (err == cudaSuccess && run) fg_contents_fill(ptr, value, count);
   return fg_ret(err);
 }
 

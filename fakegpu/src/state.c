@@ -220,6 +220,7 @@ long long fakegpu_counter(const char *name) {
 void fakegpu_reset_counters(void) {
   pthread_mutex_lock(&fg_lock);
   for (int i = 0; i < FG_COUNTERS; ++i) __atomic_store_n(&fg_counters[i], 0, __ATOMIC_RELAXED);
+  fg_contents_reset_locked(); /* its epoch is the launch counters */
   pthread_mutex_unlock(&fg_lock);
 }
 

@@ -11,8 +11,10 @@
  *                              entry point the fake does not implement
  *
  * One mutex (fg_lock) guards everything here; functions named *_locked expect
- * it held. Device memory is host memory: cudaMalloc maps anonymous memory that
- * costs nothing until touched; cuMemCreate takes a range of one sparse memfd.
+ * it held. Device memory is host address space that is never touched:
+ * cudaMalloc maps anonymous memory that costs nothing until touched;
+ * cuMemCreate takes a range of one sparse memfd. What reads back from it is
+ * contents.c's (Note [Device memory holds no data]).
  */
 #ifndef TORCHMEM_FAKEGPU_STATE_H
 #define TORCHMEM_FAKEGPU_STATE_H
@@ -144,6 +146,22 @@ int fg_capture_work_locked(struct fg_stream *s, int is_copy);
 void *fg_map_aligned(size_t size, int prot);
 void *fg_map_device(size_t size, int prot);
 void fg_unmap_aligned(void *ptr, size_t size);
+/* 1 when ptr lies in the device address space (cudaMalloc, reservations). */
+int fg_in_device_space(const void *ptr);
+
+/* Device memory's contents (contents.c, Note [Device memory holds no data]).
+ * fg_contents_copy is every copy: by address, host-to-host is memmove, a read
+ * from the device writes zeros plus kept bytes, a write to it keeps small
+ * copies only. fg_contents_fill is every memset. Neither touches device pages.
+ * Thread-safe; they take fg_lock (call them without it). */
+#define FG_KEPT_COPY ((size_t)1 << 20)  /* largest copy whose bytes are kept */
+#define FG_KEPT_TOTAL ((size_t)64 << 20) /* most bytes kept at once */
+void fg_contents_copy(void *dst, const void *src, size_t size);
+void fg_contents_fill(void *dst, int value, size_t size);
+/* Drops what is kept in [ptr, ptr + size) (freed or unmapped memory). */
+void fg_contents_forget(const void *ptr, size_t size);
+/* Drops everything kept (the counters were reset); expects fg_lock held. */
+void fg_contents_reset_locked(void);
 
 /* Registers device memory (cudaMalloc, reserved ranges) for lookups by address. */
 void fg_memory_add_locked(void *ptr, size_t size, int device, int kind);
