@@ -99,7 +99,7 @@ class SetBuilder:
     def build(self) -> list[Path]:
         """Compiles and links the set; returns the libraries' paths."""
         self.out.mkdir(parents=True, exist_ok=True)
-        runtime_headers = [HERE / "src" / "state.h", HERE / "include" / "fakegpu.h"]
+        runtime_headers = [*sorted((HERE / "src").glob("*.h")), HERE / "include" / "fakegpu.h"]
         blas_headers = [HERE / "cublas" / "common.h"]
         jobs = [(s, self.out / "obj" / f"{s.stem}.o", runtime_headers) for s in sorted((HERE / "src").glob("*.c"))]
         jobs += [(HERE / "cublas" / f"{n}.c", self.out / "blas" / f"{n}.o", blas_headers)

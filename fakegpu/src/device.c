@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "images.h"
 #include "state.h"
 
 #define VALID_DEVICE(d) ((d) >= 0 && (d) < fg_device_count)
@@ -323,12 +324,12 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *fu
 }
 
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
-  (void)func;
   if (attr == NULL) return fg_ret(cudaErrorInvalidValue);
+  fg_init();
   memset(attr, 0, sizeof *attr);
   attr->maxThreadsPerBlock = 1024;
   attr->numRegs = 32;
-  attr->ptxVersion = fg_cc_major * 10 + fg_cc_minor;
+  attr->ptxVersion = fg_image_version(func, fg_cc_major, fg_cc_minor);
   attr->binaryVersion = attr->ptxVersion;
   attr->maxDynamicSharedSizeBytes = 48 << 10;
   return cudaSuccess;
@@ -361,22 +362,19 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const voi
 cudaError_t cudaProfilerStart(void) { return cudaSuccess; }
 cudaError_t cudaProfilerStop(void) { return cudaSuccess; }
 
-/* Registration at load time: nothing to keep. */
+/* Registration at load time: each binary's architectures, and which binary each kernel is in
+ * (images.c, Note [Kernel images and the card's compute capability]). */
 
-static void *fatbin_handle[4];
-
-void **__cudaRegisterFatBinary(void *fatbin) {
-  (void)fatbin;
-  return fatbin_handle;
-}
+void **__cudaRegisterFatBinary(void *fatbin) { return fg_images_register(fatbin); }
 
 void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
 void __cudaUnregisterFatBinary(void **handle) { (void)handle; }
 
 void __cudaRegisterFunction(void **handle, const char *host_fun, char *device_fun, const char *device_name,
                             int thread_limit, void *tid, void *bid, void *block, void *grid, int *wsize) {
-  (void)handle, (void)host_fun, (void)device_fun, (void)device_name, (void)thread_limit;
+  (void)device_fun, (void)device_name, (void)thread_limit;
   (void)tid, (void)bid, (void)block, (void)grid, (void)wsize;
+  fg_images_add_kernel(handle, host_fun);
 }
 
 void __cudaRegisterVar(void **handle, char *host_var, char *device_address, const char *device_name, int ext,
