@@ -75,7 +75,8 @@ FAKEGPU_PIP := $(if $(filter 2.14.1,$(FAKEGPU_TORCH)),,--isolated --cert /etc/ss
 # (CI's 2.11.0 tier), 100 in `make test` (each of the 16 settings still several times).
 ORACLE_CASES ?= 200
 FAKEGPU_ENV = PYTHONPATH=$(CURDIR) TORCHMEM_EXT_DIR=$(abspath $(CUDA_BUILD))/lib/torchmem TORCHMEM_FAKEGPU_LIBS=$(abspath $(FAKEGPU_DIR)) \
-  TORCHMEM_FAKEGPU_LOG=$(abspath $(CUDA_BUILD))/unimplemented.log TORCHMEM_FAKEGPU_REQUIRED=1 TORCHMEM_ORACLE_CASES=$(ORACLE_CASES)
+  TORCHMEM_FAKEGPU_LOG=$(abspath $(CUDA_BUILD))/unimplemented.log TORCHMEM_FAKEGPU_REQUIRED=1 TORCHMEM_ORACLE_CASES=$(ORACLE_CASES) \
+  TORCHMEM_FAKEGPU_DATA=1
 
 $(CUDA_VENV)/.deps: requirements-dev.txt requirements-fakegpu.txt
 	test -x $(CUDA_PY) || $(PYTHON) -m venv $(CUDA_VENV)

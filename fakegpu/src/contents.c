@@ -16,6 +16,10 @@
  * check of parameter shapes, object collectives) round-trips, while a value
  * a kernel computed (GradScaler's found_inf, an overflow flag, a count for
  * nonzero()) reads zero. docs/preflight.md gives the rule and its limits.
+ * With TORCHMEM_FAKEGPU_DATA=1 the device keeps its data as host memory does:
+ * every copy is memmove and every memset writes. torchmem's own tests of its
+ * CUDA allocator use that to check that blocks keep their bytes; preflight
+ * never sets it.
  * Memory outside the device address space (pinned, registered or pageable
  * host memory, registered variables' host shadows) is real: copies between
  * such addresses are memmove, and a memset there writes.
@@ -125,7 +129,7 @@ void fg_contents_forget(const void *ptr, size_t size) {
 void fg_contents_copy(void *dst, const void *src, size_t size) {
   if (size == 0 || dst == src) return;
   int to_device = fg_in_device_space(dst), from_device = fg_in_device_space(src);
-  if (!to_device && !from_device) {
+  if (fg_keep_data || (!to_device && !from_device)) {
     memmove(dst, src, size);
     return;
   }
@@ -147,7 +151,7 @@ void fg_contents_copy(void *dst, const void *src, size_t size) {
 
 void fg_contents_fill(void *dst, int value, size_t size) {
   if (size == 0) return;
-  if (!fg_in_device_space(dst)) {
+  if (fg_keep_data || !fg_in_device_space(dst)) {
     memset(dst, value, size);
     return;
   }

@@ -17,6 +17,7 @@ struct fg_device fg_devices[FG_MAX_DEVICES];
 int fg_cc_major = 9, fg_cc_minor = 0, fg_sms = 132;
 char fg_name[256] = "torchmem fake GPU";
 int fg_hold_all = 0;
+int fg_keep_data = 0;
 long long fg_counters[FG_COUNTERS];
 struct fg_stream *fg_live_streams = NULL;
 
@@ -55,6 +56,7 @@ static void read_settings(void) {
   if (name != NULL && *name != '\0') snprintf(fg_name, sizeof fg_name, "%s", name);
   fg_sms = (int)env_ull("TORCHMEM_FAKEGPU_SMS", 132);
   fg_hold_all = env_ull("TORCHMEM_FAKEGPU_HOLD", 0) != 0;
+  fg_keep_data = env_ull("TORCHMEM_FAKEGPU_DATA", 0) != 0;
   const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
   if (log != NULL) snprintf(log_path, sizeof log_path, "%s", log);
 }

@@ -94,6 +94,8 @@ extern struct fg_device fg_devices[FG_MAX_DEVICES];
 extern int fg_cc_major, fg_cc_minor, fg_sms;
 extern char fg_name[256];
 extern int fg_hold_all;
+/* TORCHMEM_FAKEGPU_DATA=1: device memory keeps what is copied to it (contents.c). */
+extern int fg_keep_data;
 extern long long fg_counters[FG_COUNTERS];
 extern const char *const fg_counter_names[FG_COUNTERS];
 extern struct fg_stream *fg_live_streams;

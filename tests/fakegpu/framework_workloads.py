@@ -131,7 +131,7 @@ def zero3(device: str) -> list[Any]:
 
 KINDS: dict[str, Callable[[str], list[Any]]] = {"zero2": zero2, "zero3": zero3, "peft_lora": peft_lora, "liger": liger, "trl_sft": trl_sft,
                                                 "trainer_fsdp": trainer_fsdp}
-PACKAGES = {"zero2": "deepspeed", "zero3": "deepspeed", "peft_lora": "peft", "liger": "liger_kernel", "trl_sft": "trl", "trainer_fsdp": "accelerate"}
+PACKAGES = {"zero2": "deepspeed", "zero3": "deepspeed", "peft_lora": "peft", "liger": "liger_kernel", "trl_sft": "trl", "trainer_fsdp": "datasets"}  # with accelerate, which the fake-GPU tier has too
 
 
 def local(tensors: list[Any]) -> list[torch.Tensor]:

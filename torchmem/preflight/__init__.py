@@ -26,11 +26,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
+from torchmem.preflight.killed import KILLED, killed_message
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
@@ -159,6 +161,7 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
         raise FakeGPUError(f"torch {build.version} in {build.python} is a CPU build: preflight runs a CUDA build "
                            "of torch (CUDA 12 or 13) on the fake GPU, so install one there")
     env = environment(card, devices, base=base, command=command)
+    env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/src/contents.c)
     env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
@@ -219,6 +222,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     if program is None:
         raise PreflightError(f"{run_as[0]}: command not found", 127)
     returncode, captured = 0, ("", "")
+    started = time.monotonic()
     for i, rank in enumerate(world.ranks if world else [None]):
         rank_env = full if world is None else {**full, **world.environment(rank)}
         if world is not None and len(world.ranks) > 1:
@@ -243,6 +247,8 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
         raise PreflightError(f"`{shown}` failed: {failed[0]['error']} (exit status {returncode}; "
                              f"traceback in {folder / (failed[0]['name'] + '.traceback.txt')})",
                              returncode or 1)
+    if returncode in KILLED:
+        raise PreflightError(killed_message(shown, returncode, time.monotonic() - started, processes), returncode)
     if returncode != 0 and not report.ooms:
         raise PreflightError(f"`{shown}` exited with status {returncode}"
                              + ("" if processes else " before it used the GPU"), returncode)
