@@ -226,11 +226,12 @@ def build_fakegpu(torch: ModuleType, cpp_extension: ModuleType, temp: str, packa
     """The fake GPU's stand-ins (fakegpu/build.py), built in TEMP/fakegpu-<major>, into
     PACKAGE_DIR/fakegpu/lib/cuda<major>: for the installed torch's CUDA major and, where its headers are
     found, the other one. Preflight finds them there."""
-    sys.path.insert(0, str(ROOT / "fakegpu"))
-    try:
-        import build as fakegpu_build  # fakegpu/build.py, the Makefile's builder too
-    finally:
-        sys.path.pop(0)
+    import importlib.util
+
+    # fakegpu/build.py, the Makefile's builder too; by path, since a module named `build` may be loaded already.
+    spec = importlib.util.spec_from_file_location("torchmem_fakegpu_build", ROOT / "fakegpu" / "build.py")
+    fakegpu_build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fakegpu_build)
     own = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
     for major in sorted((12, 13), key=lambda m: m != own):
         headers = fakegpu_headers(torch, cpp_extension, major)
