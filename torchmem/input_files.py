@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, load_plain
-from torchmem.trace_types import TraceError
+from torchmem.trace_types import TraceError, short_repr  # noqa: F401  (short_repr: its callers import it here)
 
 PICKLE, JSON_SNAPSHOT, JSONL = "pickle", "json", "jsonl"
 
@@ -128,13 +128,3 @@ def load_snapshot_json(path: str) -> dict:
 def _short(exc: BaseException) -> str:
     text = str(exc).replace("\n", " ")
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def short_repr(value: Any, limit: int = 40) -> str:
-    """repr() for error messages: bounded in length and depth, so safe on containers nested any deep."""
-    import reprlib
-
-    r = reprlib.Repr()
-    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 2, limit, limit, limit
-    text = r.repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -51,8 +51,6 @@ def unknown_action(entry: dict, where: str) -> None:
     """
     import sys
 
-    from torchmem.input_files import short_repr
-
     action, size = entry.get("action"), entry.get("size", 0)
     if not isinstance(action, str) or size != 0 or isinstance(size, bool):
         what = f"with a size of {short_repr(size)}" if isinstance(action, str) else "that is not a name"
@@ -106,3 +104,13 @@ class Trace:
 
     def chunks(self) -> Iterator[Chunk]:
         return self._factory()
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """repr() for error messages: bounded in length and depth, so safe on containers nested any deep."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother, r.maxlong = 2, limit, limit, limit
+    text = r.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
