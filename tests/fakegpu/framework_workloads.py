@@ -151,13 +151,20 @@ def shard_bytes(tensors: list[torch.Tensor], world: int) -> int:
 
 
 def measure(kind: str, device: str, world: int = 1) -> dict[str, Any]:
-    """The live bytes; with `world`, also what one rank of that many would hold if every tensor were sharded."""
+    """The live bytes; with `world`, also what one rank of that many would hold if every tensor were sharded;
+    for a torch optimizer, how many of its parameters it holds and how many have Adam's moments."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kept = KINDS[kind](device)
     tensors = local(state_tensors(*kept))
     out: dict[str, Any] = {"live": card_bytes(tensors, device)}
     if world > 1:
         out["shard"] = shard_bytes([t for t in tensors if t.device.type == torch.device(device).type], world)
+    optimizer = kept[-1]
+    if isinstance(optimizer, torch.optim.Optimizer):  # which parameters have Adam's two moments after the step
+        # ZeRO-3 puts each partition into param_groups only while it steps; its state keeps them after.
+        params = [p for group in optimizer.param_groups for p in group["params"]] or list(optimizer.state)
+        out["optimized"] = len(params)
+        out["with_moments"] = sum(1 for p in params if {"exp_avg", "exp_avg_sq"} <= set(optimizer.state.get(p, {})))
     norm = getattr(getattr(kept[0], "model", None), "norm", None)
     out["norm"] = type(norm).__name__ if norm is not None else None
     return out

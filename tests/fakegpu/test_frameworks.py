@@ -6,8 +6,9 @@ Each framework trains a tiny Llama (built from a config) one step on the fake ca
 - PEFT's LoRA; liger-kernel's Triton kernels (the plain modules on the CPU); TRL's SFTTrainer;
 - the Hugging Face Trainer with Accelerate's FSDP plugin (FSDP2), as rank 0 of 2 (preflight --world-size):
   its shards must take what half of each CPU tensor takes;
-- DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks, which cannot run on the CPU: they must complete, and preflight must
-  name the device value their step reads (the gradient overflow check).
+- DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks, which cannot run on the CPU: they must complete, their first step
+  must allocate Adam's moments (the overflow flag, a device value, read "no overflow"), and preflight must
+  name that device read.
 
 The packages come from requirements-frameworks.txt (`make test-frameworks`, which CI runs); a test whose
 package is not installed skips.
@@ -61,9 +62,11 @@ def test_the_trainer_with_accelerates_fsdp_holds_half_of_each_tensor_on_rank_0(t
 
 
 @pytest.mark.parametrize("kind", ["zero2", "zero3"])
-def test_deepspeed_zero_completes_and_its_overflow_check_is_named(kind, tmp_path):
+def test_deepspeed_zero_steps_and_its_overflow_check_is_named(kind, tmp_path):
     needs(kind)
-    report, _ = on_ranks(kind, tmp_path)
+    report, rank0 = on_ranks(kind, tmp_path)
     assert report.fits
+    # The overflow flag read "no overflow", so the first step was taken: every partition has Adam's moments.
+    assert rank0["with_moments"] == rank0["optimized"] > 0
     reads = report.processes[0]["reads"]["bool()"]
     assert any("deepspeed/runtime/utils.py" in site for site in reads), reads
