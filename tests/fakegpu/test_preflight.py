@@ -138,3 +138,16 @@ def test_a_child_of_a_rank_does_not_replace_the_ranks_report(tmp_path):
     by_name = {d.process: d.peak_allocated for d in report.devices}
     children = [n for n in by_name if n.startswith("rank3-pid")]
     assert by_name["rank3"] == 4 << 20 and len(children) == 1 and by_name[children[0]] == 4 << 10, by_name
+
+
+def test_a_call_the_fake_gpu_does_not_implement_is_named_as_its_limit(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHMEM_FAKEGPU_LOG", raising=False)  # then preflight logs into its out folder
+    script = tmp_path / "ipc.py"
+    script.write_text("import torch\nfrom torch.multiprocessing.reductions import reduce_tensor\n"
+                      "reduce_tensor(torch.ones(4, device='cuda'))\n")
+    proc = cli("--card", "h100", "--out", str(tmp_path / "out"), "--", sys.executable, str(script))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "Error: CUDA error: operation not supported (torchmem fake GPU)" in line  # Accelerator- or RuntimeError
+    assert "the fake GPU does not implement cudaIpcGetMemHandle: a limit of the fake GPU, not of the script" in line
+    assert "unimplemented cudaIpcGetMemHandle" in (tmp_path / "out" / "fakegpu.log").read_text()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
+from torchmem.preflight.fakegpu_log import cause
 from torchmem.preflight.killed import KILLED, killed_message
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
@@ -160,7 +161,9 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     if build is not None and build.version is not None and build.cuda is None:
         raise FakeGPUError(f"torch {build.version} in {build.python} is a CPU build: preflight runs a CUDA build "
                            "of torch (CUDA 12 or 13) on the fake GPU, so install one there")
-    env = environment(card, devices, base=base, command=command)
+    given_log = (base if base is not None else os.environ).get("TORCHMEM_FAKEGPU_LOG")
+    log = given_log or Path(out) / "fakegpu.log"  # failed and missing calls (fakegpu_log.py)
+    env = environment(card, devices, base=base, command=command, log=os.path.abspath(os.fspath(log)))
     env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/src/contents.c)
     env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
@@ -214,7 +217,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     devices = world.per_node if world else devices
     folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="torchmem-preflight-"))
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*")]:
+    for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*"), *folder.glob("fakegpu.log")]:
         stale.unlink()
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
                            command=run_as)
@@ -244,7 +247,9 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     report.captured = captured if capture_output else None  # type: ignore[attr-defined]
     failed = [p for p in processes if p.get("status") == "error"]
     if failed:
-        raise PreflightError(f"`{shown}` failed: {failed[0]['error']} (exit status {returncode}; "
+        why = cause(full.get("TORCHMEM_FAKEGPU_LOG"), failed[0]["pid"], failed[0]["error"])
+        raise PreflightError(f"`{shown}` failed: {failed[0]['error']}{'; ' + why if why else ''} "
+                             f"(exit status {returncode}; "
                              f"traceback in {folder / (failed[0]['name'] + '.traceback.txt')})",
                              returncode or 1)
     if returncode in KILLED:
