@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 
 import pytest
 import torch
@@ -105,3 +106,20 @@ def test_every_command_reads_it(recorded, tmp_path):
     assert page.count('class="annotation"') == len(report["calls"])
     plotted = json.loads(ok(torchmem_here("plot", str(path), "-o", str(tmp_path / "q.png"), "--json")).stdout)
     assert plotted["annotations"] == entries
+
+
+def test_a_preflight_of_a_script_that_annotates_completes_with_advises_table(tmp_path):
+    if not all(hasattr(torch.cuda.memory, f) for f in ("_annotate_tensor", "_set_memory_metadata")):
+        pytest.skip(f"torch {torch.__version__} has no _annotate_tensor / _set_memory_metadata")
+    from torchmem import preflight
+
+    script = tmp_path / "annotates.py"
+    script.write_text(f"STEPS = {STEPS}\nPATH = {str(tmp_path / 'own.pickle')!r}\n" + WORKLOAD)
+    report = preflight.run_command([sys.executable, str(script)], "h100", out=tmp_path / "out", capture_output=True)
+    assert report.fits and report.advice_missing is None
+    [own] = [a for a in report.advice if a.recorded]  # the run's own setting replays, and fits the card
+    assert own.completes and 0 < own.min_capacity <= own.capacity
+    # preflight's own recording holds the script's annotations too
+    with open(report.devices[0].snapshot, "rb") as f:
+        actions = {e["action"] for e in pickle.load(f)["device_traces"][0]}
+    assert "annotate" in actions
