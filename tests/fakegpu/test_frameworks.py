@@ -70,3 +70,30 @@ def test_deepspeed_zero_steps_and_its_overflow_check_is_named(kind, tmp_path):
     assert rank0["with_moments"] == rank0["optimized"] > 0
     reads = report.processes[0]["reads"]["bool()"]
     assert any("deepspeed/runtime/utils.py" in site for site in reads), reads
+
+
+ZERO3_STEPS = """
+import deepspeed, torch
+from tests.fakegpu.framework_workloads import _batch, _llama
+deepspeed.init_distributed(dist_backend="nccl", verbose=False)
+config = {"train_micro_batch_size_per_gpu": 4,
+          "zero_optimization": {"stage": 3, "sub_group_size": 20000},  # several inner optimizer steps per step
+          "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": True}}}
+engine, optimizer, _, _ = deepspeed.initialize(model=_llama("cuda"), config=config)
+for step in range(4):
+    engine.backward(engine(**_batch("cuda")).loss)
+    engine.step()
+    print(f"past engine step {step + 1}", flush=True)
+"""
+
+
+def test_steps_counts_deepspeeds_engine_steps_not_its_inner_ones(tmp_path):
+    needs("zero3")
+    script = tmp_path / "zero3_steps.py"
+    script.write_text(ZERO3_STEPS)
+    report = preflight.run_command([sys.executable, str(script)], "h100", out=tmp_path / "run", advise=False,
+                                   capture_output=True, timeout=900, world_size=2, steps=2,
+                                   env=dict(os.environ, PYTHONPATH=ROOT))
+    out = report.captured[0]
+    assert report.fits and "past engine step 1" in out and "past engine step 2" not in out, out
+    assert len(report.processes[0]["steps"]["steps"]) == 2

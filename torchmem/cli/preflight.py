@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", default=None, help="folder for the snapshots and reports (default: a new temporary one)")
     p.add_argument("--max-entries", type=arguments.count(1), default=None,
                    help="history entries kept per device (default: all)")
+    p.add_argument("--steps", type=arguments.count(1), default=None,
+                   help="end each process after this many optimizer steps, and give each step's peaks "
+                        "(torch.optim's steps, DeepSpeed's engine steps)")
     p.add_argument("--no-advise", action="store_true", help="skip advise's table")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object; the command's own output goes to stderr")
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
                              max_entries=args.max_entries, world_size=args.world_size, ranks=ranks,
-                             stdout_to_stderr=args.json)
+                             stdout_to_stderr=args.json, steps=args.steps)
     except WorldError as exc:
         raise ArgumentError(str(exc)) from None
     except FakeGPUError as exc:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
 from torchmem.preflight.fakegpu_log import cause
 from torchmem.preflight.killed import KILLED, killed_message
+from torchmem.preflight.steps_hook import STEPS
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
@@ -153,9 +154,10 @@ class Report:
 def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf: str | None = None,
                     out: str | os.PathLike[str], max_entries: int | None = None,
                     base: Mapping[str, str] | None = None,
-                    command: Sequence[str] | None = None) -> dict[str, str]:
+                    command: Sequence[str] | None = None, steps: int | None = None) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
-    torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused."""
+    torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused.
+    With `steps`, each process ends after that many optimizer steps (steps_hook.py)."""
     python = interpreter_of(command, (base or os.environ).get("PATH")) if command else None
     build = torch_build(python) if python else None  # a command that is not found is named by the run
     if build is not None and build.version is not None and build.cuda is None:
@@ -171,6 +173,10 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     env["TORCHMEM_PREFLIGHT_OUT"] = os.path.abspath(os.fspath(out))
     if max_entries is not None:
         env["TORCHMEM_PREFLIGHT_MAX_ENTRIES"] = str(max_entries)
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a whole number of at least 1, not {steps!r}")
+        env[STEPS] = str(steps)
     if conf is not None:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     return env
@@ -190,13 +196,17 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
                 conf: str | None = None, out: str | os.PathLike[str] | None = None, advise: bool = True,
                 max_entries: int | None = None, env: Mapping[str, str] | None = None,
                 capture_output: bool = False, timeout: float | None = None, label: str | None = None,
-                world_size: int | None = None, ranks: Sequence[int] = (0,), stdout_to_stderr: bool = False) -> Report:
+                world_size: int | None = None, ranks: Sequence[int] = (0,), stdout_to_stderr: bool = False,
+                steps: int | None = None) -> Report:
     """Runs a command under preflight and reads what its processes wrote.
 
     With `world_size`, only `ranks` of a job of that many ranks run, one
     process each, in turn (world.py): a torchrun launcher in `command` is read
     for its node layout and replaced, and each process sees as many devices
     as a node has.
+
+    With `steps`, each process ends after its `steps`-th optimizer step, and
+    each process's report holds every step's peaks (steps_hook.py).
 
     With `stdout_to_stderr` (and no `capture_output`), the command's standard
     output goes to this process's standard error, leaving standard output to
@@ -220,7 +230,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*"), *folder.glob("fakegpu.log")]:
         stale.unlink()
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
-                           command=run_as)
+                           command=run_as, steps=steps)
     program = shutil.which(run_as[0], path=full.get("PATH"))
     if program is None:
         raise PreflightError(f"{run_as[0]}: command not found", 127)

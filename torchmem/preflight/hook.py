@@ -23,6 +23,9 @@ torch; then, before the script can allocate:
   and libraries, torchmem/fakegpu/cards.py) is taken from every device with
   the fake runtime's own ``cudaMalloc``, so the allocator gets what it would
   get on the real card;
+- with ``$TORCHMEM_PREFLIGHT_STEPS`` (``--steps N``), optimizer steps are
+  counted with their peaks, and the process ends after the N-th
+  (steps_hook.py);
 - calls that read values computed on the device (``.item()``,
   ``.tolist()``, ``bool()``) or whose output's size depends on them
   (``.nonzero()``, ``torch.nonzero(x)``, ``torch.where(mask)``,
@@ -53,6 +56,7 @@ OUT = "TORCHMEM_PREFLIGHT_OUT"
 MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
 OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
 WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # world.WORLD: this module imports nothing of torchmem's
+STEPS = "TORCHMEM_PREFLIGHT_STEPS"  # steps_hook.STEPS
 _state: dict[str, Any] = {"written": False, "counts": {}, "notes": [], "outcome": None}
 
 # Tensor methods whose result depends on values computed on the device.
@@ -85,7 +89,7 @@ def install() -> None:
     """Called from sitecustomize: waits for torch's import, and handles uncaught exceptions."""
     if not os.environ.get(OUT):
         return
-    sys.meta_path.insert(0, _TorchFinder())
+    sys.meta_path.insert(0, _AfterImport("torch", _on_torch))
     previous = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -97,11 +101,14 @@ def install() -> None:
     sys.excepthook = excepthook
 
 
-class _TorchFinder(importlib.abc.MetaPathFinder):
-    """Runs _on_torch right after `import torch` finishes, once."""
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `then(module)` right after the import of module `name` finishes, once."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != "torch":
+        if fullname != self.name:
             return None
         sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
@@ -112,7 +119,7 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
 
         def exec_module(module: Any) -> None:
             original(module)
-            _on_torch(module)
+            self.then(module)
 
         loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
@@ -140,7 +147,39 @@ def _on_torch(torch: Any) -> None:
     outside = int(os.environ.get(OUTSIDE) or 0)
     if outside > 0:
         torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
+    if os.environ.get(STEPS):
+        _count_steps(torch, int(os.environ[STEPS]))
     atexit.register(_at_exit)
+
+
+def _count_steps(torch: Any, limit: int) -> None:
+    """--steps: counts optimizer steps (steps_hook.py) and ends the process after the `limit`-th."""
+    import importlib.util
+
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "steps_hook.py")
+    spec = importlib.util.spec_from_file_location("_torchmem_preflight_steps", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    counter = module.StepCounter(torch, limit, _stop_after_steps)
+    counter.install()
+    _state["steps"] = counter
+    engine = "deepspeed.runtime.engine"
+    if engine in sys.modules:
+        counter.watch_engine(sys.modules[engine].DeepSpeedEngine)
+    else:
+        sys.meta_path.insert(0, _AfterImport(engine, lambda module: counter.watch_engine(module.DeepSpeedEngine)))
+
+
+def _stop_after_steps() -> None:
+    """The last step asked for is done: the report and snapshot are written, and the process ends with 0."""
+    _state["outcome"] = {"status": "completed"}
+    _write()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed stream: nothing left to say
+            pass
+    os._exit(0)  # the script's code after this step, and the interpreter's finalization, never run
 
 
 # Note [Frees recorded without stacks]
@@ -652,14 +691,15 @@ def _write() -> None:
         with open(base + ".pickle", "wb") as f:
             pickle.dump(_state["history"].snapshot(), f)  # the whole recording (Note [The script's own history])
     devices = []
+    steps = _state.get("steps")  # --steps: PyTorch's peaks restart at each step (steps_hook.py)
     for d in range(torch.cuda.device_count() if used else 0):
         stats = torch.cuda.memory_stats(d)
         if not stats.get("num_device_alloc", 0) and not stats.get("num_ooms", 0):
             continue
         devices.append({
             "device": d,
-            "peak_allocated": stats.get("allocated_bytes.all.peak", 0),
-            "peak_reserved": stats.get("reserved_bytes.all.peak", 0),
+            "peak_allocated": max(stats.get("allocated_bytes.all.peak", 0), steps.peak(d, "allocated") if steps else 0),
+            "peak_reserved": max(stats.get("reserved_bytes.all.peak", 0), steps.peak(d, "reserved") if steps else 0),
             "allocated": stats.get("allocated_bytes.all.current", 0),
             "reserved": stats.get("reserved_bytes.all.current", 0),
             "num_ooms": stats.get("num_ooms", 0),
@@ -675,6 +715,7 @@ def _write() -> None:
         "device_name": torch.cuda.get_device_name(0) if used else None,
         **outcome,
         "devices": devices, "reads": _state["counts"], "notes": _state["notes"],
+        "steps": steps.to_json() if steps else None,
         "snapshot": base + ".pickle" if used else None,
     }
     with open(base + ".json.tmp", "w") as f:

@@ -65,6 +65,7 @@ def warnings_for(report: "Report") -> list[str]:
         out.append(NCCL.format(size=f"up to {fmt_size(nccl)}"))
     notes = {n for p in report.processes for n in p.get("notes", [])}
     out += sorted(notes)
+    out += ended_early(report)
     out.append(outside_note(report.card))
     return out
 
@@ -94,6 +95,7 @@ def format_report(report: "Report") -> str:
             caught = f" ({d.num_ooms} out-of-memory error{'s' if d.num_ooms != 1 else ''} caught by the script)" \
                 if d.num_ooms else ""
             lines.append(f"{head}: fits, headroom {fmt_size(v.headroom)}{caught}.")
+    lines += step_lines(report)
     lines.append(RULE)
     if report.fits:
         lines.append(f"The run fits the {fmt_size(card.memory)} card.")
@@ -121,6 +123,42 @@ def format_report(report: "Report") -> str:
         lines.append("How far to trust it:")
         lines += [f"  - {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def step_lines(report: "Report") -> list[str]:
+    """--steps: each counted step's peaks per device, whether the last two agree, and a run that ended early."""
+    from torchmem.replay.runner import fmt_size
+
+    lines = []
+    for p in report.processes:
+        steps = p.get("steps")
+        if not steps:
+            continue
+        done, asked = len(steps["steps"]), steps["asked"]
+        who = f"{p['name']}: " if len(report.processes) > 1 else ""
+        lines.append(f"  {who}{done} of {asked} optimizer step{'s' if asked != 1 else ''} asked for ran"
+                     + ("; the run stopped there." if done == asked else "; the run ended before the rest."))
+        devices = sorted({d for s in steps["steps"] for d in s["devices"]}, key=int)
+        for d in devices:
+            peaks = [s["devices"].get(d) for s in steps["steps"]]
+            shown = ", ".join(f"{fmt_size(x['allocated'])} / {fmt_size(x['reserved'])}" if x else "-" for x in peaks)
+            lines.append(f"    device {d}, each step's peak allocated / reserved: {shown}")
+            if len(peaks) >= 2 and peaks[-1] and peaks[-2]:
+                same = peaks[-1] == peaks[-2]
+                lines.append(f"    device {d}: the last step's peaks {'equal' if same else 'differ from'} the one "
+                             f"before{'' if same else ': memory had not settled; try more steps'}.")
+    return lines
+
+
+def ended_early(report: "Report") -> list[str]:
+    """A warning for each process that ended before the steps asked for."""
+    out = []
+    for p in report.processes:
+        steps = p.get("steps")
+        if steps and len(steps["steps"]) < steps["asked"]:
+            out.append(f"{p['name']} ended after {len(steps['steps'])} of the {steps['asked']} optimizer steps asked "
+                       "for: the later steps' memory is not known.")
+    return out
 
 
 def card_arg(memory: int) -> str:
