@@ -83,6 +83,6 @@ def test_a_report_without_advise_says_why(tmp_path: Path) -> None:
     with open(process["snapshot"], "wb") as f:
         pickle.dump(snapshot, f)
     report.advice_missing = None
-    preflight._advise(report)
+    preflight._replays(report, True)
     assert report.advice is None and report.advice_missing and "holds no history for device 0" in report.advice_missing
     assert process["snapshot"] in report.format()

@@ -100,6 +100,7 @@ class Report:
     advised: tuple[str, int] | None = None     # the (process, device) advise read
     advice_missing: str | None = None          # why there is no advise table, when there is none
     value: Any = None                          # run(fn)'s return value
+    cards: list[Any] | None = None             # cards_table.CardFit rows: the catalog's cards, smallest first
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -142,6 +143,7 @@ class Report:
             "advised": list(self.advised) if self.advised else None,
             "advice": [a.to_json() for a in self.advice] if self.advice is not None else None,
             "advice_missing": self.advice_missing,
+            "cards": [c.to_json() for c in self.cards] if self.cards is not None else None,
             "warnings": self.warnings,
         }
 
@@ -273,10 +275,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     from torchmem.preflight.report import warnings_for
 
     report.warnings = warnings_for(report)
-    if advise:
-        _advise(report)
-    else:
-        report.advice_missing = "advise was not asked for (--no-advise, or advise=False)"
+    _replays(report, advise)
     return report
 
 
@@ -301,25 +300,32 @@ def _read(folder: Path) -> list[dict[str, Any]]:
     return processes
 
 
-def _advise(report: Report) -> None:
-    """advise on the device that ran out of memory, else the one that reserved the most."""
+def _replays(report: Report, with_advise: bool) -> None:
+    """advise, and the catalog's cards (cards_table.py), on the device that ran out of memory, else the one that
+    reserved the most."""
+    from torchmem.preflight.cards_table import card_fits, sized_sites
     from torchmem.replay import advise, load_trace
 
     candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
+    missing = None if with_advise else "advise was not asked for (--no-advise, or advise=False)"
     if not candidates:
-        report.advice_missing = "no process allocated device memory, so there is no history to replay"
+        report.advice_missing = missing or "no process allocated device memory, so there is no history to replay"
         return
     chosen = candidates[0]
     if not chosen.snapshot:
-        report.advice_missing = f"{chosen.process} wrote no snapshot"
+        report.advice_missing = missing or f"{chosen.process} wrote no snapshot"
         return
     trace = load_trace(chosen.snapshot, device=chosen.device)
     if trace.recorded is not None and not trace.recorded.entries:
-        report.advice_missing = (f"{chosen.snapshot} holds no history for device {chosen.device}: "
-                                 "its recording was stopped or never started")
+        report.advice_missing = missing or (f"{chosen.snapshot} holds no history for device {chosen.device}: "
+                                            "its recording was stopped or never started")
         return
-    report.advice = advise(trace, report.card.usable)
     report.advised = (chosen.process, chosen.device)
+    if with_advise:
+        report.advice = advise(trace, report.card.usable)
+    else:
+        report.advice_missing = missing
+    report.cards = card_fits(trace, report.card, report.advice, bool(sized_sites(report)))
 
 
 _CHILD = """

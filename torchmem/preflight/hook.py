@@ -57,7 +57,7 @@ MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
 OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
 WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # world.WORLD: this module imports nothing of torchmem's
 STEPS = "TORCHMEM_PREFLIGHT_STEPS"  # steps_hook.STEPS
-_state: dict[str, Any] = {"written": False, "counts": {}, "notes": [], "outcome": None}
+_state: dict[str, Any] = {"written": False, "counts": {}, "sized": {}, "notes": [], "outcome": None}
 
 # Tensor methods whose result depends on values computed on the device.
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
@@ -142,6 +142,7 @@ def _on_torch(torch: Any) -> None:
     if hasattr(torch.backends.cuda, "enable_cudnn_sdp"):
         torch.backends.cuda.enable_cudnn_sdp(False)
     _count_reads(torch)
+    _count_size_reads(torch)
     if os.environ.get(WORLD):
         _local_rendezvous(torch, int(os.environ[WORLD]))
     outside = int(os.environ.get(OUTSIDE) or 0)
@@ -494,6 +495,37 @@ def _count_reads(torch: Any) -> None:
         builtins._register_builtin(wrapper, op)
 
 
+# Note [The script sized itself]
+# A script, or a library it calls, may read the card's size and size itself by
+# it: Accelerate's device_map="auto" reads mem_get_info, a batch finder reads
+# total_memory. Then a replay of this run at another card's size is not what
+# that card would run. So calls of torch.cuda.mem_get_info and
+# get_device_properties are counted by the line that made them, when that line
+# is not in torch itself (inductor and SDPA read the properties for their own
+# choices). The report marks the other cards' rows (cards_table.py).
+
+def _count_size_reads(torch: Any) -> None:
+    sized: dict[str, dict[str, int]] = _state["sized"]
+    for attr in ("mem_get_info", "get_device_properties"):
+        original = getattr(torch.cuda, attr, None)
+        if original is None:
+            continue
+
+        def counted(*args: Any, _original: Any = original, _label: str = f"torch.cuda.{attr}()", **kwargs: Any) -> Any:
+            caller = sys._getframe(1)
+            path = caller.f_code.co_filename
+            if not re.search(r"[/\\](torch|torchmem[/\\]preflight)[/\\]|^<frozen", path):
+                sites = sized.setdefault(_label, {})
+                site = f"{_shown(path)}:{caller.f_lineno}"
+                sites[site] = sites.get(site, 0) + 1
+            return _original(*args, **kwargs)
+
+        counted.__name__, counted.__doc__ = attr, original.__doc__
+        for owner in (torch.cuda, getattr(torch.cuda, "memory", None)):
+            if getattr(owner, attr, None) is original:
+                setattr(owner, attr, counted)
+
+
 # Note [Ranks that are not run]
 # With --world-size, one process runs one rank of a job whose other ranks do
 # not exist. The rendezvous would wait for them, so init_process_group gets a
@@ -714,7 +746,7 @@ def _write() -> None:
         "capability": ".".join(map(str, torch.cuda.get_device_capability(0))) if used else None,
         "device_name": torch.cuda.get_device_name(0) if used else None,
         **outcome,
-        "devices": devices, "reads": _state["counts"], "notes": _state["notes"],
+        "devices": devices, "reads": _state["counts"], "sized": _state["sized"], "notes": _state["notes"],
         "steps": steps.to_json() if steps else None,
         "snapshot": base + ".pickle" if used else None,
     }

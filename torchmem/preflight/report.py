@@ -122,6 +122,12 @@ def format_report(report: "Report") -> str:
         lines.append("")
         lines.append("How far to trust it:")
         lines += [f"  - {w}" for w in report.warnings]
+    if report.cards:
+        from torchmem.preflight.cards_table import format_cards
+
+        process, device = report.advised or ("?", 0)
+        lines.append("")
+        lines += format_cards(report.cards, process, device)
     return "\n".join(lines)
 
 
