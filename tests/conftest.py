@@ -47,8 +47,10 @@ def no_unimplemented_fake_gpu_calls():
     if os.path.exists(log) and os.path.getsize(log) > before:
         with open(log) as f:
             f.seek(before)
-            calls = sorted(set(line.split(" (pid")[0] for line in f.read().splitlines()))
-        pytest.fail("the fake GPU was asked for what it does not implement:\n  " + "\n  ".join(calls))
+            calls = sorted(set(line.split(" (pid")[0] for line in f.read().splitlines()
+                            if "fake GPU: unimplemented " in line))
+        if calls:  # the log's "failed" lines are calls the fake answered with an error, as a GPU may
+            pytest.fail("the fake GPU was asked for what it does not implement:\n  " + "\n  ".join(calls))
 
 
 def _measured_slow() -> set[str]:

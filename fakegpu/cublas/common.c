@@ -1,12 +1,13 @@
-/* The log and version query shared by the fake cuBLAS and cuBLASLt (common.h). */
+/* The log lines and version query shared by the fake cuBLAS and cuBLASLt (common.h). */
 #include "common.h"
 
-#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <cuda_runtime_api.h>
+
+#include "../include/fg_log.h"
 
 /* fakegpu/build.py passes cuBLAS's CUBLAS_VER_* from a cublas_api.h beside the runtime headers (the header
    itself is not included: CUDA 13's includes CCCL headers the wheels lack). Without one: the CUDA release
@@ -20,19 +21,33 @@
 size_t fg_blas_cudart_version(void) { return CUDART_VERSION; }
 
 int fg_blas_unimplemented(const char *name) {
-  char line[512];
-  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented %s (pid %d)\n", name, (int)getpid());
-  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
-  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
-  const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
-  if (log != NULL && log[0] != '\0') {
-    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
-      close(fd);
-    }
-  }
+  fg_log_unimplemented_line(getenv("TORCHMEM_FAKEGPU_LOG"), "", name);
   return FG_CUBLAS_NOT_SUPPORTED;
+}
+
+int fg_blas_fail(const char *entry, int status, const char *why, const char *fmt, ...) {
+  if (status == FG_CUBLAS_SUCCESS) return status;
+  va_list args;
+  va_start(args, fmt);
+  fg_log_failed_line(getenv("TORCHMEM_FAKEGPU_LOG"), entry, fg_blas_status_name(status), why, fmt, args);
+  va_end(args);
+  return status;
+}
+
+const char *fg_blas_status_name(int status) {
+  switch (status) {
+    case 0: return "CUBLAS_STATUS_SUCCESS";
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+  }
 }
 
 int fg_blas_version(void) {

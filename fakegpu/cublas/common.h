@@ -17,6 +17,7 @@
 enum {
   FG_CUBLAS_SUCCESS = 0,
   FG_CUBLAS_NOT_INITIALIZED = 1,
+  FG_CUBLAS_ALLOC_FAILED = 3,
   FG_CUBLAS_INVALID_VALUE = 7,
   FG_CUBLAS_NOT_SUPPORTED = 15,
 };
@@ -24,6 +25,17 @@ enum {
 /* Logs "torchmem fake GPU: unimplemented NAME (pid P)" to stderr and to
  * $TORCHMEM_FAKEGPU_LOG, and returns FG_CUBLAS_NOT_SUPPORTED. */
 int fg_blas_unimplemented(const char *name);
+
+/* Every error return of an entry point here: logs "torchmem fake GPU: failed
+ * NAME(ARGS) = CUBLAS_STATUS_...[: WHY] (pid P)" to $TORCHMEM_FAKEGPU_LOG only
+ * (../include/fg_log.h) and returns status. BLAS_FAIL names the calling
+ * function; a helper shared by entry points is given its caller's name. */
+int fg_blas_fail(const char *entry, int status, const char *why, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define BLAS_FAIL(status, ...) fg_blas_fail(__func__, (status), NULL, __VA_ARGS__)
+
+/* A status's name, as cublasGetStatusName gives it. */
+const char *fg_blas_status_name(int status);
 
 /* The cuBLAS version this stand-in reports (major*10000 + minor*100 + patch):
  * $TORCHMEM_FAKEGPU_CUBLAS_VERSION when set (the launcher sets the installed

@@ -29,32 +29,37 @@ struct fg_lt_object {
 
 #define FG_LT_MAGIC 0x4c746f62u
 
-static int create(void **out, int kind) {
-  if (out == NULL) return FG_CUBLAS_INVALID_VALUE;
+/* The helpers of every create, destroy and attribute entry point: entry is the caller's name. */
+static int create(const char *entry, void **out, int kind) {
+  if (out == NULL) return fg_blas_fail(entry, FG_CUBLAS_INVALID_VALUE, NULL, "out=NULL");
   struct fg_lt_object *o = calloc(1, sizeof *o);
-  if (o == NULL) return 3; /* CUBLAS_STATUS_ALLOC_FAILED */
+  if (o == NULL) return fg_blas_fail(entry, FG_CUBLAS_ALLOC_FAILED, NULL, "out=%p", (void *)out);
   o->magic = FG_LT_MAGIC;
   o->kind = kind;
   *out = o;
   return FG_CUBLAS_SUCCESS;
 }
 
-static int destroy(void *object) {
+static int destroy(const char *entry, void *object) {
   struct fg_lt_object *o = object;
   if (o == NULL) return FG_CUBLAS_SUCCESS;
-  if (o->magic != FG_LT_MAGIC) return FG_CUBLAS_INVALID_VALUE;
+  if (o->magic != FG_LT_MAGIC)
+    return fg_blas_fail(entry, FG_CUBLAS_INVALID_VALUE, "not a live object", "object=%p", object);
   o->magic = 0;
   free(o);
   return FG_CUBLAS_SUCCESS;
 }
 
-static int set_attribute(void *object, const void *buf, size_t size) {
-  if (object == NULL || (buf == NULL && size != 0)) return FG_CUBLAS_INVALID_VALUE;
+static int set_attribute(const char *entry, void *object, int attr, const void *buf, size_t size) {
+  if (object == NULL || (buf == NULL && size != 0))
+    return fg_blas_fail(entry, FG_CUBLAS_INVALID_VALUE, NULL, "object=%p, attr=%d, buf=%p, size=%zu", object, attr,
+                        buf, size);
   return FG_CUBLAS_SUCCESS;
 }
 
-static int get_attribute(void *buf, size_t size, size_t *written) {
-  if (buf == NULL && size != 0) return FG_CUBLAS_INVALID_VALUE;
+static int get_attribute(const char *entry, int attr, void *buf, size_t size, size_t *written) {
+  if (buf == NULL && size != 0)
+    return fg_blas_fail(entry, FG_CUBLAS_INVALID_VALUE, NULL, "attr=%d, buf=NULL, size=%zu", attr, size);
   if (buf != NULL) memset(buf, 0, size);
   if (written != NULL) *written = size;
   return FG_CUBLAS_SUCCESS;
@@ -64,36 +69,34 @@ size_t cublasLtGetVersion(void) { return (size_t)fg_blas_version(); }
 size_t cublasLtGetCudartVersion(void) { return fg_blas_cudart_version(); }
 
 int cublasLtGetProperty(int type, int *value) {
-  if (value == NULL) return FG_CUBLAS_INVALID_VALUE;
+  if (value == NULL) return BLAS_FAIL(FG_CUBLAS_INVALID_VALUE, "type=%d, value=NULL", type);
   int v = fg_blas_version();
   switch (type) {
     case 0: *value = v / 10000; return FG_CUBLAS_SUCCESS;
     case 1: *value = v / 100 % 100; return FG_CUBLAS_SUCCESS;
     case 2: *value = v % 100; return FG_CUBLAS_SUCCESS;
-    default: return FG_CUBLAS_INVALID_VALUE;
+    default: return BLAS_FAIL(FG_CUBLAS_INVALID_VALUE, "type=%d, value=%p", type, (void *)value);
   }
 }
 
-int cublasLtCreate(void **handle) { return create(handle, 0); }
-int cublasLtDestroy(void *handle) { return destroy(handle); }
+int cublasLtCreate(void **handle) { return create(__func__, handle, 0); }
+int cublasLtDestroy(void *handle) { return destroy(__func__, handle); }
 
 /* Destroy, SetAttribute and GetAttribute of one descriptor kind: attributes are accepted, and read back as zeros. */
 #define FG_LT_DESCRIPTOR(Kind)                                                                      \
-  int cublasLt##Kind##Destroy(void *obj) { return destroy(obj); }                                   \
+  int cublasLt##Kind##Destroy(void *obj) { return destroy(__func__, obj); }                         \
   int cublasLt##Kind##SetAttribute(void *obj, int attr, const void *buf, size_t size) {             \
-    (void)attr;                                                                                     \
-    return set_attribute(obj, buf, size);                                                           \
+    return set_attribute(__func__, obj, attr, buf, size);                                           \
   }                                                                                                 \
   int cublasLt##Kind##GetAttribute(void *obj, int attr, void *buf, size_t size, size_t *written) {  \
     (void)obj;                                                                                      \
-    (void)attr;                                                                                     \
-    return get_attribute(buf, size, written);                                                       \
+    return get_attribute(__func__, attr, buf, size, written);                                       \
   }
 
 int cublasLtMatmulDescCreate(void **desc, int compute_type, int scale_type) {
   (void)compute_type;
   (void)scale_type;
-  return create(desc, 1);
+  return create(__func__, desc, 1);
 }
 FG_LT_DESCRIPTOR(MatmulDesc)
 
@@ -102,11 +105,11 @@ int cublasLtMatrixLayoutCreate(void **layout, int type, uint64_t rows, uint64_t 
   (void)rows;
   (void)cols;
   (void)ld;
-  return create(layout, 2);
+  return create(__func__, layout, 2);
 }
 FG_LT_DESCRIPTOR(MatrixLayout)
 
-int cublasLtMatmulPreferenceCreate(void **pref) { return create(pref, 3); }
+int cublasLtMatmulPreferenceCreate(void **pref) { return create(__func__, pref, 3); }
 FG_LT_DESCRIPTOR(MatmulPreference)
 
 static void one_result(fg_lt_heuristic *result) {
@@ -118,14 +121,15 @@ static void one_result(fg_lt_heuristic *result) {
 
 int cublasLtMatmulAlgoGetHeuristic(void *handle, void *desc, void *a, void *b, void *c, void *d, void *pref,
                                    int requested, fg_lt_heuristic *results, int *returned) {
-  (void)handle;
   (void)desc;
   (void)a;
   (void)b;
   (void)c;
   (void)d;
   (void)pref;
-  if (requested < 1 || results == NULL || returned == NULL) return FG_CUBLAS_INVALID_VALUE;
+  if (requested < 1 || results == NULL || returned == NULL)
+    return BLAS_FAIL(FG_CUBLAS_INVALID_VALUE, "handle=%p, requested=%d, results=%p, returned=%p", handle, requested,
+                     (void *)results, (void *)returned);
   one_result(&results[0]);
   *returned = 1;
   return FG_CUBLAS_SUCCESS;
@@ -133,14 +137,13 @@ int cublasLtMatmulAlgoGetHeuristic(void *handle, void *desc, void *a, void *b, v
 
 int cublasLtMatmulAlgoInit(void *handle, int compute_type, int scale_type, int a_type, int b_type, int c_type,
                            int d_type, int algo_id, fg_lt_algo *algo) {
-  (void)handle;
   (void)compute_type;
   (void)scale_type;
   (void)a_type;
   (void)b_type;
   (void)c_type;
   (void)d_type;
-  if (algo == NULL) return FG_CUBLAS_INVALID_VALUE;
+  if (algo == NULL) return BLAS_FAIL(FG_CUBLAS_INVALID_VALUE, "handle=%p, algo_id=%d, algo=NULL", handle, algo_id);
   memset(algo, 0, sizeof *algo);
   algo->data[0] = (uint64_t)(uint32_t)algo_id;
   return FG_CUBLAS_SUCCESS;
@@ -148,30 +151,26 @@ int cublasLtMatmulAlgoInit(void *handle, int compute_type, int scale_type, int a
 
 int cublasLtMatmulAlgoCheck(void *handle, void *desc, void *a, void *b, void *c, void *d, const fg_lt_algo *algo,
                             fg_lt_heuristic *result) {
-  (void)handle;
   (void)desc;
   (void)a;
   (void)b;
   (void)c;
   (void)d;
-  if (algo == NULL || result == NULL) return FG_CUBLAS_INVALID_VALUE;
+  if (algo == NULL || result == NULL)
+    return BLAS_FAIL(FG_CUBLAS_INVALID_VALUE, "handle=%p, algo=%p, result=%p", handle, (const void *)algo,
+                     (void *)result);
   one_result(result);
   result->algo = *algo;
   return FG_CUBLAS_SUCCESS;
 }
 
 int cublasLtMatmulAlgoConfigSetAttribute(fg_lt_algo *algo, int attr, const void *buf, size_t size) {
-  (void)attr;
-  return set_attribute(algo, buf, size);
+  return set_attribute(__func__, algo, attr, buf, size);
 }
 int cublasLtMatmulAlgoConfigGetAttribute(const fg_lt_algo *algo, int attr, void *buf, size_t size, size_t *written) {
   (void)algo;
-  (void)attr;
-  return get_attribute(buf, size, written);
+  return get_attribute(__func__, attr, buf, size, written);
 }
 
-static const char *status_name(int status) {
-  return status == 0 ? "CUBLAS_STATUS_SUCCESS" : status == 15 ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_ERROR";
-}
-const char *cublasLtGetStatusName(int status) { return status_name(status); }
-const char *cublasLtGetStatusString(int status) { return status_name(status); }
+const char *cublasLtGetStatusName(int status) { return fg_blas_status_name(status); }
+const char *cublasLtGetStatusString(int status) { return fg_blas_status_name(status); }

@@ -50,7 +50,8 @@ long long fakegpu_pending_events(void);
  * free_calls, failed_mallocs, event_records, event_queries, syncs,
  * kernel_launches, memcpy_calls, captures_begun, captures_ended,
  * graph_launches, capture_violations, unimplemented_calls, vmm_creates,
- * vmm_releases, vmm_maps, vmm_unmaps. */
+ * vmm_releases, vmm_maps, vmm_unmaps, failed_calls (calls of an entry point
+ * the fake implements that returned an error other than "not ready"). */
 long long fakegpu_counter(const char *name);
 
 /* Sets every counter to zero. */

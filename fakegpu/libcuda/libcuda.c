@@ -13,7 +13,7 @@
  * fake runtime's driver table, so both routes reach one state. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <fcntl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +23,28 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include "../include/fg_log.h"
+
 static int token;
 
 static CUresult unimplemented(const char *name) {
-  char line[256];
-  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented libcuda %s (pid %d)\n", name, (int)getpid());
-  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
-  const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
-  if (log != NULL && *log != '\0') {
-    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
-      close(fd);
-    }
-  }
+  fg_log_unimplemented_line(getenv("TORCHMEM_FAKEGPU_LOG"), "libcuda ", name);
   return CUDA_ERROR_NOT_SUPPORTED;
 }
+
+/* Every error return of an entry point here: logs "failed NAME(ARGS) = ERROR[: WHY]" (../include/fg_log.h) under
+ * entry's name and returns err. A call forwarded to the fake runtime is logged there, not again here. */
+__attribute__((format(printf, 4, 5))) static CUresult fail(const char *entry, CUresult err, const char *why,
+                                                           const char *fmt, ...) {
+  if (err == CUDA_SUCCESS || err == CUDA_ERROR_NOT_READY) return err;
+  va_list args;
+  va_start(args, fmt);
+  fg_log_failed_line(getenv("TORCHMEM_FAKEGPU_LOG"), entry, fg_cu_error_name(err), why, fmt, args);
+  va_end(args);
+  return err;
+}
+#define CU_FAIL(err, ...) fail(__func__, (err), NULL, __VA_ARGS__)
+#define CU_FAIL_WHY(err, why, ...) fail(__func__, (err), (why), __VA_ARGS__)
 
 static int device_count(void) {
   const char *value = getenv("TORCHMEM_FAKEGPU_DEVICES");
@@ -51,7 +57,8 @@ CUresult cuDriverGetVersion(int *version) { if (version) *version = 13000; retur
 CUresult cuDeviceGetCount(int *count) { if (count) *count = device_count(); return CUDA_SUCCESS; }
 
 CUresult cuDeviceGet(CUdevice *device, int ordinal) {
-  if (device == NULL || ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_DEVICE;
+  if (device == NULL || ordinal < 0 || ordinal >= device_count())
+    return CU_FAIL(CUDA_ERROR_INVALID_DEVICE, "device=%p, ordinal=%d", (void *)device, ordinal);
   *device = ordinal;
   return CUDA_SUCCESS;
 }
@@ -116,8 +123,7 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice devi
   CUresult (*answer)(int *, CUdevice_attribute, CUdevice) =
       (CUresult(*)(int *, CUdevice_attribute, CUdevice))runtime_entry("cuDeviceGetAttribute");
   if (answer != NULL) return answer(value, attr, device);
-  (void)device;
-  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (value == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "value=NULL, attr=%d, device=%d", (int)attr, device);
   const char *cc = getenv("TORCHMEM_FAKEGPU_CC");
   int major = 9, minor = 0;
   if (cc) sscanf(cc, "%d.%d", &major, &minor);
@@ -150,7 +156,7 @@ CUresult cuCtxGetCurrent(CUcontext *context) { if (context) *context = (CUcontex
 CUresult cuCtxSetCurrent(CUcontext context) { (void)context; return CUDA_SUCCESS; }
 
 CUresult cuGetErrorString(CUresult error, const char **text) {
-  if (text == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (text == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "error=%d, text=NULL", (int)error);
   *text = error == CUDA_SUCCESS ? "no error" : "error (torchmem fake GPU)";
   return CUDA_SUCCESS;
 }
@@ -176,8 +182,8 @@ CUresult cuModuleGetFunction(CUfunction *function, CUmodule module, const char *
 }
 
 CUresult cuFuncGetAttribute(int *value, CUfunction_attribute attr, CUfunction function) {
-  (void)function;
-  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (value == NULL)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "value=NULL, attr=%d, function=%p", (int)attr, (void *)function);
   *value = attr == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : attr == CU_FUNC_ATTRIBUTE_NUM_REGS ? 32 : 0;
   return CUDA_SUCCESS;
 }
@@ -191,24 +197,25 @@ CUresult cuFuncSetCacheConfig(CUfunction function, CUfunc_cache config) { (void)
 
 /* A launch is the runtime's (skipped, yet counted as work on its stream and as
  * a node of the graph a capturing stream builds); without the fake runtime, a no-op. */
-static CUresult launch_on(CUstream stream) {
+static CUresult launch_on(const char *entry, CUstream stream) {
   cudaError_t (*runtime_launch)(const void *, dim3, dim3, void **, size_t, cudaStream_t) =
       (cudaError_t(*)(const void *, dim3, dim3, void **, size_t, cudaStream_t))runtime_function("cudaLaunchKernel");
   if (runtime_launch == NULL) return CUDA_SUCCESS;
   dim3 one = {1, 1, 1};
-  return runtime_launch(NULL, one, one, NULL, 0, (cudaStream_t)stream) == cudaSuccess ? CUDA_SUCCESS
-                                                                                       : CUDA_ERROR_LAUNCH_FAILED;
+  if (runtime_launch(NULL, one, one, NULL, 0, (cudaStream_t)stream) == cudaSuccess) return CUDA_SUCCESS;
+  return fail(entry, CUDA_ERROR_LAUNCH_FAILED, "the runtime refused the launch", "stream=%p", (void *)stream);
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream stream, void **params, void **extra) {
   (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)params, (void)extra;
-  return launch_on(stream);
+  return launch_on(__func__, stream);
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                    unsigned bz, unsigned shared, CUstream stream, void **params) {
-  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, NULL);
+  (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)params;
+  return launch_on(__func__, stream);
 }
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int block_size, size_t shared) {
@@ -240,10 +247,11 @@ CUresult cuLinkDestroy(CUlinkState state) { (void)state; return CUDA_SUCCESS; }
 
 /* The runtime's current device is the context's (one primary context per device). */
 CUresult cuCtxGetDevice(CUdevice *device) {
-  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (device == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "device=NULL");
   cudaError_t (*get)(int *) = (cudaError_t(*)(int *))runtime_function("cudaGetDevice");
   int current = 0;
-  if (get != NULL && get(&current) != cudaSuccess) return CUDA_ERROR_INVALID_CONTEXT;
+  if (get != NULL && get(&current) != cudaSuccess)
+    return CU_FAIL_WHY(CUDA_ERROR_INVALID_CONTEXT, "cudaGetDevice failed", "device=%p", (void *)device);
   *device = current;
   return CUDA_SUCCESS;
 }
@@ -261,14 +269,15 @@ static size_t *limit_of(CUlimit limit) {
 
 CUresult cuCtxGetLimit(size_t *value, CUlimit limit) {
   size_t *held = limit_of(limit);
-  if (value == NULL || held == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (value == NULL || held == NULL)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "value=%p, limit=%d", (void *)value, (int)limit);
   *value = *held;
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
   size_t *held = limit_of(limit);
-  if (held == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (held == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "limit=%d, value=%zu", (int)limit, value);
   *held = value;
   return CUDA_SUCCESS;
 }
@@ -277,14 +286,17 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
  * handed out is device memory of its device (Triton's launcher asks this of
  * every tensor argument); anything else is refused as the driver refuses a
  * host pointer it does not know. */
-CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
-  if (data == NULL) return CUDA_ERROR_INVALID_VALUE;
+/* Both pointer queries', under the caller's name. */
+static CUresult pointer_attribute(const char *entry, void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  if (data == NULL)
+    return fail(entry, CUDA_ERROR_INVALID_VALUE, NULL, "data=NULL, attr=%d, ptr=%p", (int)attr, (void *)(uintptr_t)ptr);
   cudaError_t (*get)(struct cudaPointerAttributes *, const void *) =
       (cudaError_t(*)(struct cudaPointerAttributes *, const void *))runtime_function("cudaPointerGetAttributes");
-  if (get == NULL) return unimplemented("cuPointerGetAttribute");
+  if (get == NULL) return unimplemented(entry);
   struct cudaPointerAttributes found;
   if (get(&found, (const void *)(uintptr_t)ptr) != cudaSuccess || found.type == cudaMemoryTypeUnregistered)
-    return CUDA_ERROR_INVALID_VALUE;
+    return fail(entry, CUDA_ERROR_INVALID_VALUE, "not memory the fake GPU gave", "data=%p, attr=%d, ptr=%p", data,
+                (int)attr, (void *)(uintptr_t)ptr);
   switch (attr) {
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
@@ -296,24 +308,31 @@ CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr
   }
 }
 
+CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  return pointer_attribute(__func__, data, attr, ptr);
+}
+
 CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr) {
-  if (attrs == NULL || data == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (attrs == NULL || data == NULL)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "count=%u, attrs=%p, data=%p, ptr=%p", count, (void *)attrs,
+                   (void *)data, (void *)(uintptr_t)ptr);
   for (unsigned int i = 0; i < count; i++) {
-    CUresult status = cuPointerGetAttribute(data[i], attrs[i], ptr);
-    if (status != CUDA_SUCCESS) return status;
+    CUresult status = pointer_attribute(__func__, data[i], attrs[i], ptr);
+    if (status != CUDA_SUCCESS) return status; /* logged */
   }
   return CUDA_SUCCESS;
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
   (void)f, (void)params, (void)extra;
-  return config == NULL ? CUDA_ERROR_INVALID_VALUE : launch_on(config->hStream);
+  return config == NULL ? CU_FAIL(CUDA_ERROR_INVALID_VALUE, "config=NULL, f=%p", (void *)f)
+                        : launch_on(__func__, config->hStream);
 }
 
 /* One cluster per multiprocessor: what the card can hold at once, for Triton's occupancy query. */
 CUresult cuOccupancyMaxActiveClusters(int *clusters, CUfunction f, const CUlaunchConfig *config) {
-  (void)f, (void)config;
-  if (clusters == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (clusters == NULL)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "clusters=NULL, f=%p, config=%p", (void *)f, (const void *)config);
   int sms = 0;
   if (cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0) != CUDA_SUCCESS || sms < 1) sms = 1;
   *clusters = sms;

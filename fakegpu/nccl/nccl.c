@@ -14,8 +14,8 @@
  * $TORCHMEM_FAKEGPU_LOG and fail with ncclInvalidUsage.
  */
 #include <dlfcn.h>
-#include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
+
+#include "../include/fg_log.h"
 
 /* The ABI of nccl.h, which the CUDA toolkit does not ship. */
 typedef enum {
@@ -90,20 +92,30 @@ static size_t buffer_bytes_per_comm(void) {
 }
 
 static ncclResult_t unimplemented(const char *name) {
-  char line[256];
-  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented %s (pid %d)\n", name, (int)getpid());
-  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
-  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
-  const char *log = getenv("TORCHMEM_FAKEGPU_LOG");
-  if (log != NULL && log[0] != '\0') {
-    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
-      close(fd);
-    }
-  }
+  fg_log_unimplemented_line(getenv("TORCHMEM_FAKEGPU_LOG"), "", name);
   return ncclInvalidUsage;
 }
+
+static const char *result_name(ncclResult_t result) {
+  static const char *const names[] = {"ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError",
+                                      "ncclInternalError",   "ncclInvalidArgument",    "ncclInvalidUsage",
+                                      "ncclRemoteError",     "ncclInProgress"};
+  return result >= 0 && result < (int)(sizeof names / sizeof names[0]) ? names[result] : "ncclUnknownResult";
+}
+
+/* Every error return of an entry point here: logs "failed NAME(ARGS) = ERROR[: WHY]" (../include/fg_log.h) under
+ * entry's name and returns result; ncclSuccess is returned as it is. NCCL_FAIL names the calling function; a
+ * helper shared by entry points is given its caller's name. */
+__attribute__((format(printf, 4, 5))) static ncclResult_t fail(const char *entry, ncclResult_t result,
+                                                               const char *why, const char *fmt, ...) {
+  if (result == ncclSuccess) return result;
+  va_list args;
+  va_start(args, fmt);
+  fg_log_failed_line(getenv("TORCHMEM_FAKEGPU_LOG"), entry, result_name(result), why, fmt, args);
+  va_end(args);
+  return result;
+}
+#define NCCL_FAIL(result, ...) fail(__func__, (result), NULL, __VA_ARGS__)
 
 /* The fake runtime's calls, found at run time: it is preloaded before this library. */
 typedef cudaError_t (*malloc_fn)(void **, size_t);
@@ -120,13 +132,14 @@ static int current_device(void) {
   return device;
 }
 
-/* Takes the communicator's buffers on its device, once (Note [NCCL's own device memory]). */
-static ncclResult_t connect_comm(ncclComm_t comm) {
-  if (comm == NULL) return ncclInvalidArgument;
+/* Takes the communicator's buffers on its device, once (Note [NCCL's own device memory]); every collective's
+ * and point-to-point call's first step, under the caller's name. */
+static ncclResult_t connect_comm(const char *entry, ncclComm_t comm) {
+  if (comm == NULL) return fail(entry, ncclInvalidArgument, NULL, "comm=NULL");
   if (comm->nranks < 2 || comm->buffers != NULL) return ncclSuccess;
   malloc_fn take = (malloc_fn)runtime("cudaMalloc");
   set_device_fn set = (set_device_fn)runtime("cudaSetDevice");
-  if (take == NULL || set == NULL) return ncclSystemError;
+  if (take == NULL || set == NULL) return fail(entry, ncclSystemError, "no fake CUDA runtime", "comm=%p", (void *)comm);
   int before = current_device();
   size_t bytes = buffer_bytes_per_comm();
   set(comm->device);
@@ -134,7 +147,8 @@ static ncclResult_t connect_comm(ncclComm_t comm) {
   set(before);
   if (got != cudaSuccess) {
     comm->buffers = NULL;
-    return ncclUnhandledCudaError;
+    return fail(entry, ncclUnhandledCudaError, "cudaMalloc of NCCL's buffers failed", "comm=%p, device=%d, bytes=%zu",
+                (void *)comm, comm->device, bytes);
   }
   comm->buffer_bytes = bytes;
   pthread_mutex_lock(&lock);
@@ -158,10 +172,12 @@ static void release_comm(ncclComm_t comm) {
   free(comm);
 }
 
-static ncclResult_t new_comm(ncclComm_t *out, int nranks, int rank, int device) {
-  if (out == NULL || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+/* Every communicator creation's, under the caller's name. */
+static ncclResult_t new_comm(const char *entry, ncclComm_t *out, int nranks, int rank, int device) {
+  if (out == NULL || nranks < 1 || rank < 0 || rank >= nranks)
+    return fail(entry, ncclInvalidArgument, NULL, "comm=%p, nranks=%d, rank=%d", (void *)out, nranks, rank);
   ncclComm_t comm = calloc(1, sizeof *comm);
-  if (comm == NULL) return ncclSystemError;
+  if (comm == NULL) return fail(entry, ncclSystemError, "host memory", "nranks=%d, rank=%d", nranks, rank);
   comm->nranks = nranks;
   comm->rank = rank;
   comm->device = device;
@@ -180,7 +196,7 @@ size_t torchmem_nccl_device_peak(int device) {
 /* The real library's version: the nvidia NCCL wheel beside torch, passed by the launcher as MAJOR.MINOR.PATCH;
  * without it, the NCCL of the torch release the stand-in set was first checked with. */
 ncclResult_t ncclGetVersion(int *version) {
-  if (version == NULL) return ncclInvalidArgument;
+  if (version == NULL) return NCCL_FAIL(ncclInvalidArgument, "version=NULL");
   const char *given = getenv("TORCHMEM_FAKEGPU_NCCL_VERSION");
   int major = 0, minor = 0, patch = 0;
   if (given != NULL && sscanf(given, "%d.%d.%d", &major, &minor, &patch) >= 2) {
@@ -192,7 +208,7 @@ ncclResult_t ncclGetVersion(int *version) {
 }
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
-  if (id == NULL) return ncclInvalidArgument;
+  if (id == NULL) return NCCL_FAIL(ncclInvalidArgument, "id=NULL");
   memset(id, 0, sizeof *id);
   snprintf(id->internal, sizeof id->internal, "torchmem-fake-nccl-%d", (int)getpid());
   return ncclSuccess;
@@ -200,25 +216,25 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
   (void)id;
-  return new_comm(comm, nranks, rank, current_device());
+  return new_comm(__func__, comm, nranks, rank, current_device());
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank, void *config) {
-  (void)config;
-  return ncclCommInitRank(comm, nranks, id, rank);
+  (void)id, (void)config;
+  return new_comm(__func__, comm, nranks, rank, current_device());
 }
 
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int nids, ncclUniqueId *ids,
                                       void *config) {
   (void)nids, (void)ids, (void)config;
-  return new_comm(comm, nranks, rank, current_device());
+  return new_comm(__func__, comm, nranks, rank, current_device());
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devices) {
-  if (comms == NULL || ndev < 1) return ncclInvalidArgument;
+  if (comms == NULL || ndev < 1) return NCCL_FAIL(ncclInvalidArgument, "comms=%p, ndev=%d", (void *)comms, ndev);
   for (int i = 0; i < ndev; i++) {
-    ncclResult_t made = new_comm(&comms[i], ndev, i, devices != NULL ? devices[i] : i);
-    if (made != ncclSuccess) return made;
+    ncclResult_t made = new_comm(__func__, &comms[i], ndev, i, devices != NULL ? devices[i] : i);
+    if (made != ncclSuccess) return made; /* logged */
   }
   return ncclSuccess;
 }
@@ -226,45 +242,54 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devices) {
 /* The new communicator's size is known only to the other ranks; it keeps its parent's (PyTorch keeps its own). */
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, void *config) {
   (void)config;
-  if (comm == NULL || newcomm == NULL) return ncclInvalidArgument;
+  if (comm == NULL || newcomm == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, color=%d, key=%d, newcomm=%p", (void *)comm, color, key,
+                     (void *)newcomm);
   if (color == NCCL_SPLIT_NOCOLOR) {
     *newcomm = NULL;
     return ncclSuccess;
   }
-  return new_comm(newcomm, comm->nranks, key >= 0 && key < comm->nranks ? key : 0, comm->device);
+  return new_comm(__func__, newcomm, comm->nranks, key >= 0 && key < comm->nranks ? key : 0, comm->device);
 }
 
-ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm != NULL ? ncclSuccess : ncclInvalidArgument; }
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return comm != NULL ? ncclSuccess : NCCL_FAIL(ncclInvalidArgument, "comm=NULL");
+}
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { release_comm(comm); return ncclSuccess; }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { release_comm(comm); return ncclSuccess; }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *error) {
-  if (comm == NULL || error == NULL) return ncclInvalidArgument;
+  if (comm == NULL || error == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, error=%p", (void *)comm, (void *)error);
   *error = ncclSuccess;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count) {
-  if (comm == NULL || count == NULL) return ncclInvalidArgument;
+  if (comm == NULL || count == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, count=%p", (void *)comm, (void *)count);
   *count = comm->nranks;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device) {
-  if (comm == NULL || device == NULL) return ncclInvalidArgument;
+  if (comm == NULL || device == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, device=%p", (void *)comm, (void *)device);
   *device = comm->device;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank) {
-  if (comm == NULL || rank == NULL) return ncclInvalidArgument;
+  if (comm == NULL || rank == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, rank=%p", (void *)comm, (void *)rank);
   *rank = comm->rank;
   return ncclSuccess;
 }
 
 /* ncclStatGpuMemSuspend 0, ncclStatGpuMemSuspended 1, ncclStatGpuMemPersist 2, ncclStatGpuMemTotal 3. */
 ncclResult_t ncclCommMemStats(ncclComm_t comm, int stat, uint64_t *value) {
-  if (comm == NULL || value == NULL || stat < 0 || stat > 3) return ncclInvalidArgument;
+  if (comm == NULL || value == NULL || stat < 0 || stat > 3)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, stat=%d, value=%p", (void *)comm, stat, (void *)value);
   *value = stat >= 2 ? comm->buffer_bytes : 0;
   return ncclSuccess;
 }
@@ -290,22 +315,23 @@ const char *ncclGetLastError(ncclComm_t comm) {
 
 /* Registration: buffers are used where they lie. */
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle) {
-  (void)size;
-  if (comm == NULL || handle == NULL) return ncclInvalidArgument;
+  if (comm == NULL || handle == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, buff=%p, size=%zu, handle=%p", (void *)comm, buff, size,
+                     (void *)handle);
   *handle = buff;
   return ncclSuccess;
 }
 
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
-  (void)handle;
-  return comm != NULL ? ncclSuccess : ncclInvalidArgument;
+  return comm != NULL ? ncclSuccess : NCCL_FAIL(ncclInvalidArgument, "comm=NULL, handle=%p", handle);
 }
 
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win, int flags) {
-  (void)size, (void)flags;
-  if (comm == NULL || win == NULL) return ncclInvalidArgument;
+  if (comm == NULL || win == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, buff=%p, size=%zu, win=%p, flags=0x%x", (void *)comm, buff, size,
+                     (void *)win, (unsigned)flags);
   *win = malloc(sizeof **win);
-  if (*win == NULL) return ncclSystemError;
+  if (*win == NULL) return NCCL_FAIL(ncclSystemError, "buff=%p, size=%zu", buff, size);
   (*win)->user = buff;
   return ncclSuccess;
 }
@@ -318,7 +344,8 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
 
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **user) {
   (void)comm;
-  if (win == NULL || user == NULL) return ncclInvalidArgument;
+  if (win == NULL || user == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "comm=%p, win=%p, user=%p", (void *)comm, (void *)win, (void *)user);
   *user = win->user;
   return ncclSuccess;
 }
@@ -326,19 +353,22 @@ ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **user) {
 /* Memory for NCCL's memory pool: device memory from the fake runtime, in the user's hands (not NCCL's own). */
 ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
   malloc_fn take = (malloc_fn)runtime("cudaMalloc");
-  if (ptr == NULL || take == NULL) return ncclInvalidArgument;
-  return take(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  if (ptr == NULL || take == NULL)
+    return NCCL_FAIL(ncclInvalidArgument, "ptr=%p, size=%zu", (void *)ptr, size);
+  if (take(ptr, size) != cudaSuccess)
+    return NCCL_FAIL(ncclUnhandledCudaError, "ptr=%p, size=%zu", (void *)ptr, size);
+  return ncclSuccess;
 }
 
 ncclResult_t ncclMemFree(void *ptr) {
   free_fn give = (free_fn)runtime("cudaFree");
-  if (give == NULL) return ncclInvalidArgument;
-  return give(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  if (give == NULL) return NCCL_FAIL(ncclInvalidArgument, "ptr=%p", ptr);
+  return give(ptr) == cudaSuccess ? ncclSuccess : NCCL_FAIL(ncclUnhandledCudaError, "ptr=%p", ptr);
 }
 
 ncclResult_t ncclRedOpCreatePreMulSum(int *op, void *scalar, int datatype, int residence, ncclComm_t comm) {
   (void)scalar, (void)datatype, (void)residence, (void)comm;
-  if (op == NULL) return ncclInvalidArgument;
+  if (op == NULL) return NCCL_FAIL(ncclInvalidArgument, "op=NULL");
   pthread_mutex_lock(&lock);
   *op = next_op++;
   pthread_mutex_unlock(&lock);
@@ -402,7 +432,7 @@ static void repeat(void *to, const void *from, size_t bytes, int nranks) {
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int type, int op, ncclComm_t comm,
                            cudaStream_t stream) {
   (void)op, (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   if (ok == ncclSuccess) copy(recv, send, small(count, type));
   return ok;
 }
@@ -410,20 +440,20 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int type,
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, int type, int op, int root, ncclComm_t comm,
                         cudaStream_t stream) {
   (void)op, (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   if (ok == ncclSuccess && comm->rank == root) copy(recv, send, small(count, type));
   return ok;
 }
 
 ncclResult_t ncclBcast(void *buff, size_t count, int type, int root, ncclComm_t comm, cudaStream_t stream) {
   (void)buff, (void)count, (void)type, (void)root, (void)stream;
-  return connect_comm(comm);
+  return connect_comm(__func__, comm);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int type, int root, ncclComm_t comm,
                            cudaStream_t stream) {
   (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   if (ok == ncclSuccess && comm->rank == root) copy(recv, send, small(count, type));
   return ok;
 }
@@ -431,7 +461,7 @@ ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int type,
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, int type, int op, ncclComm_t comm,
                                cudaStream_t stream) {
   (void)op, (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   size_t bytes = small(count, type);
   if (ok == ncclSuccess && send != NULL) copy(recv, (const char *)send + (size_t)comm->rank * bytes, bytes);
   return ok;
@@ -440,7 +470,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, int t
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, int type, ncclComm_t comm,
                            cudaStream_t stream) {
   (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   if (ok == ncclSuccess) repeat(recv, send, small(count, type), comm->nranks);
   return ok;
 }
@@ -448,7 +478,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, int type,
 ncclResult_t ncclAlltoAll(const void *send, void *recv, size_t count, int type, ncclComm_t comm,
                           cudaStream_t stream) {
   (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   size_t bytes = small(count, type);
   if (ok == ncclSuccess && send != NULL) {
     repeat(recv, (const char *)send + (size_t)comm->rank * bytes, bytes, comm->nranks);
@@ -459,7 +489,7 @@ ncclResult_t ncclAlltoAll(const void *send, void *recv, size_t count, int type, 
 ncclResult_t ncclGather(const void *send, void *recv, size_t count, int type, int root, ncclComm_t comm,
                         cudaStream_t stream) {
   (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   if (ok == ncclSuccess && comm->rank == root) repeat(recv, send, small(count, type), comm->nranks);
   return ok;
 }
@@ -467,7 +497,7 @@ ncclResult_t ncclGather(const void *send, void *recv, size_t count, int type, in
 ncclResult_t ncclScatter(const void *send, void *recv, size_t count, int type, int root, ncclComm_t comm,
                          cudaStream_t stream) {
   (void)stream;
-  ncclResult_t ok = connect_comm(comm);
+  ncclResult_t ok = connect_comm(__func__, comm);
   size_t bytes = small(count, type);
   if (ok == ncclSuccess && comm->rank == root && send != NULL) {
     copy(recv, (const char *)send + (size_t)comm->rank * bytes, bytes);
@@ -477,12 +507,12 @@ ncclResult_t ncclScatter(const void *send, void *recv, size_t count, int type, i
 
 ncclResult_t ncclSend(const void *send, size_t count, int type, int peer, ncclComm_t comm, cudaStream_t stream) {
   (void)send, (void)count, (void)type, (void)peer, (void)stream;
-  return connect_comm(comm);
+  return connect_comm(__func__, comm);
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, int type, int peer, ncclComm_t comm, cudaStream_t stream) {
   (void)recv, (void)count, (void)type, (void)peer, (void)stream;
-  return connect_comm(comm);
+  return connect_comm(__func__, comm);
 }
 
 /* Referenced by PyTorch, not served. */

@@ -51,20 +51,20 @@ int fg_device_attribute(int attr, int device) {
 
 cudaError_t cudaGetDeviceCount(int *count) {
   fg_init();
-  if (count == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (count == NULL) return FG_FAIL(cudaErrorInvalidValue, "count=NULL");
   *count = fg_device_count;
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *device) {
-  if (device == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (device == NULL) return FG_FAIL(cudaErrorInvalidValue, "device=NULL");
   *device = fg_current_device();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
   fg_init();
-  if (!VALID_DEVICE(device)) return fg_ret(cudaErrorInvalidDevice);
+  if (!VALID_DEVICE(device)) return FG_FAIL(cudaErrorInvalidDevice, "device=%d", device);
   fg_set_current_device(device);
   return cudaSuccess;
 }
@@ -73,7 +73,7 @@ cudaError_t cudaInitDevice(int device, unsigned int device_flags, unsigned int f
   (void)device_flags;
   (void)flags;
   fg_init();
-  return VALID_DEVICE(device) ? cudaSuccess : fg_ret(cudaErrorInvalidDevice);
+  return VALID_DEVICE(device) ? cudaSuccess : FG_FAIL(cudaErrorInvalidDevice, "device=%d", device);
 }
 
 cudaError_t cudaSetDeviceFlags(unsigned int flags) {
@@ -90,8 +90,9 @@ cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
   fg_init();
-  if (value == NULL) return fg_ret(cudaErrorInvalidValue);
-  if (!VALID_DEVICE(device)) return fg_ret(cudaErrorInvalidDevice);
+  if (value == NULL || !VALID_DEVICE(device))
+    return FG_FAIL(value ? cudaErrorInvalidDevice : cudaErrorInvalidValue, "value=%p, attr=%d, device=%d",
+                   (void *)value, (int)attr, device);
   *value = fg_device_attribute(attr, device);
   return cudaSuccess;
 }
@@ -100,8 +101,8 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
  * symbol takes CUDA 11's smaller struct, and stays a stub). */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
   fg_init();
-  if (prop == NULL) return fg_ret(cudaErrorInvalidValue);
-  if (!VALID_DEVICE(device)) return fg_ret(cudaErrorInvalidDevice);
+  if (prop == NULL || !VALID_DEVICE(device))
+    return FG_FAIL(prop ? cudaErrorInvalidDevice : cudaErrorInvalidValue, "prop=%p, device=%d", (void *)prop, device);
   memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "%s", fg_name);
   for (int i = 0; i < 16; ++i) prop->uuid.bytes[i] = (char)(0x70 + i + device * 16);
@@ -160,8 +161,9 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int length, int device) {
   fg_init();
-  if (bus_id == NULL || length <= 0) return fg_ret(cudaErrorInvalidValue);
-  if (!VALID_DEVICE(device)) return fg_ret(cudaErrorInvalidDevice);
+  if (bus_id == NULL || length <= 0 || !VALID_DEVICE(device))
+    return FG_FAIL(bus_id && length > 0 ? cudaErrorInvalidDevice : cudaErrorInvalidValue,
+                   "bus_id=%p, length=%d, device=%d", (void *)bus_id, length, device);
   snprintf(bus_id, (size_t)length, "00000000:%02X:00.0", device + 1);
   return cudaSuccess;
 }
@@ -169,32 +171,33 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int length, int device) {
 cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *bus_id) {
   fg_init();
   unsigned domain = 0, bus = 0;
-  if (device == NULL || bus_id == NULL || sscanf(bus_id, "%x:%x", &domain, &bus) != 2) return fg_ret(cudaErrorInvalidValue);
-  if (!VALID_DEVICE((int)bus - 1)) return fg_ret(cudaErrorInvalidDevice);
+  if (device == NULL || bus_id == NULL || sscanf(bus_id, "%x:%x", &domain, &bus) != 2)
+    return FG_FAIL(cudaErrorInvalidValue, "device=%p, bus_id=%s", (void *)device, bus_id ? bus_id : "NULL");
+  if (!VALID_DEVICE((int)bus - 1))
+    return FG_FAIL(cudaErrorInvalidDevice, "device=%p, bus_id=%s", (void *)device, bus_id);
   *device = (int)bus - 1;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer) {
   fg_init();
-  if (can == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (can == NULL) return FG_FAIL(cudaErrorInvalidValue, "can=NULL, device=%d, peer=%d", device, peer);
   *can = VALID_DEVICE(device) && VALID_DEVICE(peer) && device != peer;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
-  (void)flags;
   fg_init();
-  return VALID_DEVICE(peer) ? cudaSuccess : fg_ret(cudaErrorInvalidDevice);
+  return VALID_DEVICE(peer) ? cudaSuccess : FG_FAIL(cudaErrorInvalidDevice, "peer=%d, flags=0x%x", peer, flags);
 }
 
 cudaError_t cudaDeviceDisablePeerAccess(int peer) {
   fg_init();
-  return VALID_DEVICE(peer) ? cudaSuccess : fg_ret(cudaErrorInvalidDevice);
+  return VALID_DEVICE(peer) ? cudaSuccess : FG_FAIL(cudaErrorInvalidDevice, "peer=%d", peer);
 }
 
 cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit) {
-  if (value == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (value == NULL) return FG_FAIL(cudaErrorInvalidValue, "value=NULL, limit=%d", (int)limit);
   *value = limit == cudaLimitStackSize ? 1024 : limit == cudaLimitMallocHeapSize ? (8 << 20) : 0;
   return cudaSuccess;
 }
@@ -208,13 +211,13 @@ cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value) {
 /* The driver is a CUDA 13 one (which runs CUDA 12 programs too, as a real
  * one does); the runtime is the version of the headers the set is built with. */
 cudaError_t cudaDriverGetVersion(int *version) {
-  if (version == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (version == NULL) return FG_FAIL(cudaErrorInvalidValue, "version=NULL");
   *version = 13000;
   return cudaSuccess;
 }
 
 cudaError_t cudaRuntimeGetVersion(int *version) {
-  if (version == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (version == NULL) return FG_FAIL(cudaErrorInvalidValue, "version=NULL");
   *version = CUDART_VERSION;
   return cudaSuccess;
 }
@@ -261,7 +264,8 @@ static __thread dim3 pushed_grid, pushed_block;
 static __thread size_t pushed_shared;
 static __thread void *pushed_stream;
 
-static cudaError_t launch(cudaStream_t stream) {
+/* Every launch entry point's: entry is its name. */
+static cudaError_t launch(const char *entry, cudaStream_t stream) {
   fg_init();
   cudaError_t err = cudaSuccess;
   pthread_mutex_lock(&fg_lock);
@@ -272,7 +276,7 @@ static cudaError_t launch(cudaStream_t stream) {
     fg_capture_work_locked(s, 0);
   }
   pthread_mutex_unlock(&fg_lock);
-  return fg_ret(err);
+  return fg_fail(entry, err, NULL, "stream=%p", (void *)stream);
 }
 
 unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shared, struct CUstream_st *stream) {
@@ -299,32 +303,34 @@ cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *func) {
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args, size_t shared,
                                cudaStream_t stream) {
   (void)kernel, (void)grid, (void)block, (void)args, (void)shared;
-  return launch(stream);
+  return launch(__func__, stream);
 }
 
 cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 grid, dim3 block, void **args, size_t shared,
                                     cudaStream_t stream) {
-  return __cudaLaunchKernel(kernel, grid, block, args, shared, stream);
+  (void)kernel, (void)grid, (void)block, (void)args, (void)shared;
+  return launch(__func__, stream);
 }
 
 cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared,
                              cudaStream_t stream) {
   (void)func, (void)grid, (void)block, (void)args, (void)shared;
-  return launch(stream);
+  return launch(__func__, stream);
 }
 
 cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shared,
                                         cudaStream_t stream) {
-  return cudaLaunchKernel(func, grid, block, args, shared, stream);
+  (void)func, (void)grid, (void)block, (void)args, (void)shared;
+  return launch(__func__, stream);
 }
 
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config, const void *func, void **args) {
   (void)func, (void)args;
-  return launch(config ? config->stream : 0);
+  return launch(__func__, config ? config->stream : 0);
 }
 
 cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func) {
-  if (attr == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (attr == NULL) return FG_FAIL(cudaErrorInvalidValue, "attr=NULL, func=%p", func);
   fg_init();
   memset(attr, 0, sizeof *attr);
   attr->maxThreadsPerBlock = 1024;
@@ -345,18 +351,24 @@ cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache config) 
   return cudaSuccess;
 }
 
-cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, const void *func, int block_size,
-                                                                   size_t shared, unsigned int flags) {
-  (void)func, (void)shared, (void)flags;
-  if (blocks == NULL) return fg_ret(cudaErrorInvalidValue);
+/* Both occupancy entry points': entry is the caller's name. */
+static cudaError_t occupancy(const char *entry, int *blocks, const void *func, int block_size) {
+  if (blocks == NULL) return fg_fail(entry, cudaErrorInvalidValue, NULL, "blocks=NULL, func=%p", func);
   int per_sm = block_size > 0 ? 2048 / block_size : 1;
   *blocks = per_sm < 1 ? 1 : per_sm > 32 ? 32 : per_sm;
   return cudaSuccess;
 }
 
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *blocks, const void *func, int block_size,
+                                                                   size_t shared, unsigned int flags) {
+  (void)shared, (void)flags;
+  return occupancy(__func__, blocks, func, block_size);
+}
+
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, const void *func, int block_size,
                                                           size_t shared) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, func, block_size, shared, 0);
+  (void)shared;
+  return occupancy(__func__, blocks, func, block_size);
 }
 
 cudaError_t cudaProfilerStart(void) { return cudaSuccess; }

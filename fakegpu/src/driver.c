@@ -14,6 +14,7 @@
  * (one of FG_DRIVER_SLOTS such functions, each bound to one name). */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 
 #include <cuda.h>
 
+#include "../include/fg_log.h"
 #include "state.h"
 
 #define PHYSICAL_FILE_SIZE (1ULL << 46)
@@ -35,22 +37,48 @@ struct physical {
 static int physical_fd = -1;
 static unsigned long long physical_next = 0;
 
-static CUresult vmm_create(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                           unsigned long long flags) {
-  (void)flags;
-  if (handle == NULL || size == 0 || size % FG_GRANULE != 0) return CUDA_ERROR_INVALID_VALUE;
+/* Each driver entry point here is named fake_ and the driver's name (the table's ENTRY). CU_FAIL is every error
+ * return: it counts and logs the call under the driver's name (fg_log_failed) and returns err; CUDA_SUCCESS is
+ * returned as it is. The driver's results leave the runtime's last error alone. */
+#define CU_FAIL(err, ...) cu_fail(__func__ + sizeof "fake_" - 1, (err), NULL, __VA_ARGS__)
+#define CU_FAIL_WHY(err, why, ...) cu_fail(__func__ + sizeof "fake_" - 1, (err), (why), __VA_ARGS__)
+
+__attribute__((format(printf, 4, 5))) static CUresult cu_fail(const char *entry, CUresult err, const char *why,
+                                                              const char *fmt, ...) {
+  if (err == CUDA_SUCCESS || err == CUDA_ERROR_NOT_READY) return err;
+  va_list args;
+  va_start(args, fmt);
+  fg_log_failed(entry, fg_cu_error_name(err), why, fmt, args);
+  va_end(args);
+  return err;
+}
+
+static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                                 unsigned long long flags) {
   int device = prop ? prop->location.id : fg_current_device();
-  if (device < 0 || device >= fg_device_count) return CUDA_ERROR_INVALID_DEVICE;
+  if (handle == NULL || size == 0 || size % FG_GRANULE != 0)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "handle=%p, size=%zu, device=%d, flags=0x%llx", (void *)handle, size,
+                   device, flags);
+  if (device < 0 || device >= fg_device_count)
+    return CU_FAIL(CUDA_ERROR_INVALID_DEVICE, "handle=%p, size=%zu, device=%d, flags=0x%llx", (void *)handle, size,
+                   device, flags);
   struct physical *p = malloc(sizeof *p);
-  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (p == NULL) return CU_FAIL_WHY(CUDA_ERROR_OUT_OF_MEMORY, "host memory", "size=%zu, device=%d", size, device);
   CUresult result = CUDA_SUCCESS;
+  const char *why = NULL;
   pthread_mutex_lock(&fg_lock);
   if (physical_fd < 0) {
     physical_fd = memfd_create("torchmem-fakegpu", MFD_CLOEXEC);
-    if (physical_fd < 0 || ftruncate(physical_fd, (off_t)PHYSICAL_FILE_SIZE) != 0) result = CUDA_ERROR_OUT_OF_MEMORY;
+    if (physical_fd < 0 || ftruncate(physical_fd, (off_t)PHYSICAL_FILE_SIZE) != 0) {
+      result = CUDA_ERROR_OUT_OF_MEMORY;
+      why = "no memfd for physical memory";
+    }
   }
-  if (result == CUDA_SUCCESS && (physical_next + size > PHYSICAL_FILE_SIZE || fg_charge_locked(device, size) != 0))
+  if (result == CUDA_SUCCESS && physical_next + size > PHYSICAL_FILE_SIZE) {
     result = CUDA_ERROR_OUT_OF_MEMORY;
+    why = "physical memory file full";
+  }
+  if (result == CUDA_SUCCESS && fg_charge_locked(device, size) != 0) result = CUDA_ERROR_OUT_OF_MEMORY;
   if (result == CUDA_SUCCESS) {
     p->offset = physical_next;
     p->size = size;
@@ -61,15 +89,15 @@ static CUresult vmm_create(CUmemGenericAllocationHandle *handle, size_t size, co
   pthread_mutex_unlock(&fg_lock);
   if (result != CUDA_SUCCESS) {
     free(p);
-    return result;
+    return CU_FAIL_WHY(result, why, "size=%zu, device=%d", size, device);
   }
   *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_release(CUmemGenericAllocationHandle handle) {
+static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle handle) {
   struct physical *p = (struct physical *)(uintptr_t)handle;
-  if (p == NULL) return CUDA_ERROR_INVALID_VALUE;
+  if (p == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "handle=NULL");
   pthread_mutex_lock(&fg_lock);
   fg_refund_locked(p->device, p->size);
   ++fg_counters[FG_VMM_RELEASES];
@@ -79,12 +107,15 @@ static CUresult vmm_release(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                            unsigned long long flags) {
-  (void)alignment, (void)addr, (void)flags;
-  if (ptr == NULL || size == 0) return CUDA_ERROR_INVALID_VALUE;
+static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                         unsigned long long flags) {
+  if (ptr == NULL || size == 0)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "ptr=%p, size=%zu, alignment=%zu, addr=%p, flags=0x%llx", (void *)ptr,
+                   size, alignment, (void *)(uintptr_t)addr, flags);
   void *p = fg_map_aligned(size, PROT_NONE);
-  if (p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (p == NULL)
+    return CU_FAIL_WHY(CUDA_ERROR_OUT_OF_MEMORY, "no device addresses left", "size=%zu, alignment=%zu", size,
+                       alignment);
   pthread_mutex_lock(&fg_lock);
   fg_memory_add_locked(p, size, fg_current_device(), FG_KIND_RESERVED);
   pthread_mutex_unlock(&fg_lock);
@@ -92,95 +123,107 @@ static CUresult vmm_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUd
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_address_free(CUdeviceptr ptr, size_t size) {
+static CUresult fake_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   pthread_mutex_lock(&fg_lock);
   int found = fg_memory_remove_locked((void *)(uintptr_t)ptr, NULL, NULL, NULL);
   pthread_mutex_unlock(&fg_lock);
-  if (!found) return CUDA_ERROR_INVALID_VALUE;
+  if (!found)
+    return CU_FAIL_WHY(CUDA_ERROR_INVALID_VALUE, "not a reserved address", "ptr=%p, size=%zu", (void *)(uintptr_t)ptr,
+                       size);
   fg_unmap_aligned((void *)(uintptr_t)ptr, size);
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
-                        unsigned long long flags) {
-  (void)flags;
+static CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                              unsigned long long flags) {
   struct physical *p = (struct physical *)(uintptr_t)handle;
-  if (p == NULL || offset + size > p->size) return CUDA_ERROR_INVALID_VALUE;
+  if (p == NULL || offset + size > p->size)
+    return CU_FAIL_WHY(CUDA_ERROR_INVALID_VALUE, p ? "past the handle's end" : NULL,
+                       "ptr=%p, size=%zu, offset=%zu, handle=%p, flags=0x%llx", (void *)(uintptr_t)ptr, size, offset,
+                       (void *)p, flags);
   void *at = mmap((void *)(uintptr_t)ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, physical_fd,
                   (off_t)(p->offset + offset));
-  if (at == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (at == MAP_FAILED)
+    return CU_FAIL_WHY(CUDA_ERROR_OUT_OF_MEMORY, "mmap failed", "ptr=%p, size=%zu, offset=%zu, handle=%p",
+                       (void *)(uintptr_t)ptr, size, offset, (void *)p);
   pthread_mutex_lock(&fg_lock);
   ++fg_counters[FG_VMM_MAPS];
   pthread_mutex_unlock(&fg_lock);
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_unmap(CUdeviceptr ptr, size_t size) {
+static CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size) {
   pthread_mutex_lock(&fg_lock);
   int refused = fg_unsafe_call_refused_locked();
   if (!refused) ++fg_counters[FG_VMM_UNMAPS];
   pthread_mutex_unlock(&fg_lock);
-  if (refused) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (refused)
+    return CU_FAIL_WHY(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "during a stream capture", "ptr=%p, size=%zu",
+                       (void *)(uintptr_t)ptr, size);
   fg_contents_forget((void *)(uintptr_t)ptr, size);
   void *at = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
                   -1, 0);
-  return at == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (at == MAP_FAILED)
+    return CU_FAIL_WHY(CUDA_ERROR_INVALID_VALUE, "mmap failed", "ptr=%p, size=%zu", (void *)(uintptr_t)ptr, size);
+  return CUDA_SUCCESS;
 }
 
-static CUresult vmm_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
   (void)ptr, (void)size, (void)desc, (void)count;
   return CUDA_SUCCESS;
 }
 
-static CUresult vmm_granularity(size_t *granularity, const CUmemAllocationProp *prop,
-                                CUmemAllocationGranularity_flags option) {
-  (void)prop, (void)option;
-  if (granularity == NULL) return CUDA_ERROR_INVALID_VALUE;
+static CUresult fake_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                                   CUmemAllocationGranularity_flags option) {
+  if (granularity == NULL)
+    return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "granularity=NULL, prop=%p, option=%d", (const void *)prop, (int)option);
   *granularity = FG_GRANULE;
   return CUDA_SUCCESS;
 }
 
-static CUresult address_range(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
+static CUresult fake_cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr ptr) {
   void *b = NULL;
   size_t s = 0;
   pthread_mutex_lock(&fg_lock);
   int found = fg_memory_find_locked((void *)(uintptr_t)ptr, &b, &s, NULL, NULL);
   pthread_mutex_unlock(&fg_lock);
-  if (!found) return CUDA_ERROR_NOT_FOUND;
+  if (!found) return CU_FAIL_WHY(CUDA_ERROR_NOT_FOUND, "not device memory", "ptr=%p", (void *)(uintptr_t)ptr);
   if (base) *base = (CUdeviceptr)(uintptr_t)b;
   if (size) *size = s;
   return CUDA_SUCCESS;
 }
 
-static CUresult device_attribute(int *value, CUdevice_attribute attr, CUdevice device) {
-  if (value == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (device < 0 || device >= fg_device_count) return CUDA_ERROR_INVALID_DEVICE;
+static CUresult fake_cuDeviceGetAttribute(int *value, CUdevice_attribute attr, CUdevice device) {
+  if (value == NULL || device < 0 || device >= fg_device_count)
+    return CU_FAIL(value ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE, "value=%p, attr=%d, device=%d",
+                   (void *)value, (int)attr, device);
   *value = fg_device_attribute((int)attr, device);
   return CUDA_SUCCESS;
 }
 
-static CUresult error_string(CUresult error, const char **text) {
-  if (text == NULL) return CUDA_ERROR_INVALID_VALUE;
+static CUresult fake_cuGetErrorString(CUresult error, const char **text) {
+  if (text == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "error=%d, text=NULL", (int)error);
   *text = cudaGetErrorString((cudaError_t)error);
   return CUDA_SUCCESS;
 }
 
-static CUresult device_get(CUdevice *device, int ordinal) {
-  if (device == NULL) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal < 0 || ordinal >= fg_device_count) return CUDA_ERROR_INVALID_DEVICE;
+static CUresult fake_cuDeviceGet(CUdevice *device, int ordinal) {
+  if (device == NULL || ordinal < 0 || ordinal >= fg_device_count)
+    return CU_FAIL(device ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_INVALID_VALUE, "device=%p, ordinal=%d",
+                   (void *)device, ordinal);
   *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 static int context_token;
 
-static CUresult context_current(CUcontext *context) {
-  if (context == NULL) return CUDA_ERROR_INVALID_VALUE;
+static CUresult fake_cuCtxGetCurrent(CUcontext *context) {
+  if (context == NULL) return CU_FAIL(CUDA_ERROR_INVALID_VALUE, "context=NULL");
   *context = (CUcontext)&context_token;
   return CUDA_SUCCESS;
 }
 
-static CUresult primary_context_state(CUdevice device, unsigned int *flags, int *active) {
+static CUresult fake_cuDevicePrimaryCtxGetState(CUdevice device, unsigned int *flags, int *active) {
   (void)device;
   if (flags) *flags = 0;
   if (active) *active = 1;
@@ -190,13 +233,13 @@ static CUresult primary_context_state(CUdevice device, unsigned int *flags, int 
 /* CUDA's log callbacks: registered, never called (the fake has nothing to log). */
 static int log_token;
 
-static CUresult logs_register(void *callback, void *data, void **handle) {
+static CUresult fake_cuLogsRegisterCallback(void *callback, void *data, void **handle) {
   (void)callback, (void)data;
   if (handle) *handle = &log_token;
   return CUDA_SUCCESS;
 }
 
-static CUresult logs_unregister(void *handle) {
+static CUresult fake_cuLogsUnregisterCallback(void *handle) {
   (void)handle;
   return CUDA_SUCCESS;
 }
@@ -206,23 +249,14 @@ struct entry {
   void *function;
 };
 
+#define ENTRY(name) {#name, (void *)fake_##name}
 static const struct entry table[] = {
-    {"cuMemCreate", (void *)vmm_create},
-    {"cuMemRelease", (void *)vmm_release},
-    {"cuMemAddressReserve", (void *)vmm_reserve},
-    {"cuMemAddressFree", (void *)vmm_address_free},
-    {"cuMemMap", (void *)vmm_map},
-    {"cuMemUnmap", (void *)vmm_unmap},
-    {"cuMemSetAccess", (void *)vmm_set_access},
-    {"cuMemGetAllocationGranularity", (void *)vmm_granularity},
-    {"cuMemGetAddressRange", (void *)address_range},
-    {"cuDeviceGetAttribute", (void *)device_attribute},
-    {"cuGetErrorString", (void *)error_string},
-    {"cuDeviceGet", (void *)device_get},
-    {"cuCtxGetCurrent", (void *)context_current},
-    {"cuDevicePrimaryCtxGetState", (void *)primary_context_state},
-    {"cuLogsRegisterCallback", (void *)logs_register},
-    {"cuLogsUnregisterCallback", (void *)logs_unregister},
+    ENTRY(cuMemCreate),          ENTRY(cuMemRelease),          ENTRY(cuMemAddressReserve),
+    ENTRY(cuMemAddressFree),     ENTRY(cuMemMap),              ENTRY(cuMemUnmap),
+    ENTRY(cuMemSetAccess),       ENTRY(cuMemGetAllocationGranularity), ENTRY(cuMemGetAddressRange),
+    ENTRY(cuDeviceGetAttribute), ENTRY(cuGetErrorString),      ENTRY(cuDeviceGet),
+    ENTRY(cuCtxGetCurrent),      ENTRY(cuDevicePrimaryCtxGetState), ENTRY(cuLogsRegisterCallback),
+    ENTRY(cuLogsUnregisterCallback),
 };
 
 /* Functions for names the table does not know: each slot logs its name. */
@@ -260,29 +294,40 @@ static void *lookup(const char *symbol) {
   return found;
 }
 
-cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **function, unsigned int version,
-                                             unsigned long long flags,
-                                             enum cudaDriverEntryPointQueryResult *status) {
-  (void)version, (void)flags;
+/* Every cudaGetDriverEntryPoint variant's, under the caller's name. */
+static cudaError_t entry_point(const char *entry, const char *symbol, void **function,
+                               enum cudaDriverEntryPointQueryResult *status) {
   fg_init();
-  if (symbol == NULL || function == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (symbol == NULL || function == NULL)
+    return fg_fail(entry, cudaErrorInvalidValue, NULL, "symbol=%s, function=%p", symbol ? symbol : "NULL",
+                   (void *)function);
   *function = lookup(symbol);
   if (status) *status = *function ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
   return cudaSuccess;
 }
 
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **function, unsigned int version,
+                                             unsigned long long flags,
+                                             enum cudaDriverEntryPointQueryResult *status) {
+  (void)version, (void)flags;
+  return entry_point(__func__, symbol, function, status);
+}
+
 cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **function, unsigned long long flags,
                                     enum cudaDriverEntryPointQueryResult *status) {
-  return cudaGetDriverEntryPointByVersion(symbol, function, 13000, flags, status);
+  (void)flags;
+  return entry_point(__func__, symbol, function, status);
 }
 
 cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **function, unsigned int version,
                                                   unsigned long long flags,
                                                   enum cudaDriverEntryPointQueryResult *status) {
-  return cudaGetDriverEntryPointByVersion(symbol, function, version, flags, status);
+  (void)version, (void)flags;
+  return entry_point(__func__, symbol, function, status);
 }
 
 cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **function, unsigned long long flags,
                                          enum cudaDriverEntryPointQueryResult *status) {
-  return cudaGetDriverEntryPointByVersion(symbol, function, 13000, flags, status);
+  (void)flags;
+  return entry_point(__func__, symbol, function, status);
 }

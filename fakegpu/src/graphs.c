@@ -12,7 +12,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
   fg_init();
   cudaError_t err = cudaSuccess;
   struct fg_graph *graph = calloc(1, sizeof *graph);
-  if (graph == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  if (graph == NULL)
+    return FG_FAIL_WHY(cudaErrorMemoryAllocation, "host memory", "stream=%p, mode=%d", (void *)stream, (int)mode);
   pthread_mutex_lock(&fg_lock);
   struct fg_stream *s = fg_stream_locked(stream);
   if (s == NULL) err = cudaErrorInvalidResourceHandle;
@@ -29,7 +30,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
   }
   pthread_mutex_unlock(&fg_lock);
   free(graph);
-  return fg_ret(err);
+  return FG_FAIL(err, "stream=%p, mode=%d", (void *)stream, (int)mode);
 }
 
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph_out) {
@@ -55,10 +56,11 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph_out) {
     else free(graph);
   }
   pthread_mutex_unlock(&fg_lock);
-  return fg_ret(err);
+  return FG_FAIL(err, "stream=%p", (void *)stream);
 }
 
-static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+/* Every capture query's, under the caller's name. */
+static cudaError_t capture_info(const char *entry, cudaStream_t stream, enum cudaStreamCaptureStatus *status,
                                 unsigned long long *id, cudaGraph_t *graph) {
   fg_init();
   cudaError_t err = cudaSuccess;
@@ -74,21 +76,21 @@ static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatu
     if (graph) *graph = (cudaGraph_t)s->capture_graph;
   }
   pthread_mutex_unlock(&fg_lock);
-  return fg_ret(err);
+  return fg_fail(entry, err, NULL, "stream=%p", (void *)stream);
 }
 
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
-  return capture_info(stream, status, NULL, NULL);
+  return capture_info(__func__, stream, status, NULL, NULL);
 }
 
-static cudaError_t capture_info_edges(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
-                                      unsigned long long *id, cudaGraph_t *graph,
+static cudaError_t capture_info_edges(const char *entry, cudaStream_t stream,
+                                      enum cudaStreamCaptureStatus *status, unsigned long long *id, cudaGraph_t *graph,
                                       const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
                                       size_t *count) {
   if (dependencies) *dependencies = NULL;
   if (edges) *edges = NULL;
   if (count) *count = 0;
-  return capture_info(stream, status, id, graph);
+  return capture_info(entry, stream, status, id, graph);
 }
 
 #if CUDART_VERSION >= 13000
@@ -96,7 +98,7 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
                                      unsigned long long *id, cudaGraph_t *graph,
                                      const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
                                      size_t *count) {
-  return capture_info_edges(stream, status, id, graph, dependencies, edges, count);
+  return capture_info_edges(__func__, stream, status, id, graph, dependencies, edges, count);
 }
 #else
 /* CUDA 12: the headers name cudaStreamGetCaptureInfo _v2 (no edge data); _v3
@@ -104,14 +106,14 @@ cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, enum cudaStreamCapture
 cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
                                         unsigned long long *id, cudaGraph_t *graph,
                                         const cudaGraphNode_t **dependencies, size_t *count) {
-  return capture_info_edges(stream, status, id, graph, dependencies, NULL, count);
+  return capture_info_edges(__func__, stream, status, id, graph, dependencies, NULL, count);
 }
 
 cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
                                         unsigned long long *id, cudaGraph_t *graph,
                                         const cudaGraphNode_t **dependencies, const cudaGraphEdgeData **edges,
                                         size_t *count) {
-  return capture_info_edges(stream, status, id, graph, dependencies, edges, count);
+  return capture_info_edges(__func__, stream, status, id, graph, dependencies, edges, count);
 }
 #endif
 
@@ -136,14 +138,15 @@ int fakegpu_captures_underway(void) {
 }
 
 cudaError_t cudaGraphCreate(cudaGraph_t *graph, unsigned int flags) {
-  (void)flags;
-  if (graph == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (graph == NULL) return FG_FAIL(cudaErrorInvalidValue, "graph=NULL, flags=0x%x", flags);
   *graph = (cudaGraph_t)calloc(1, sizeof(struct fg_graph));
-  return *graph ? cudaSuccess : fg_ret(cudaErrorMemoryAllocation);
+  return *graph ? cudaSuccess : FG_FAIL_WHY(cudaErrorMemoryAllocation, "host memory", "graph=%p, flags=0x%x",
+                                            (void *)graph, flags);
 }
 
 cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t *nodes, size_t *count) {
-  if (graph == NULL || count == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (graph == NULL || count == NULL)
+    return FG_FAIL(cudaErrorInvalidValue, "graph=%p, nodes=%p, count=%p", (void *)graph, (void *)nodes, (void *)count);
   const struct fg_graph *g = (const struct fg_graph *)graph;
   size_t total = (size_t)(g->kernels + g->copies);
   if (nodes) {
@@ -159,10 +162,13 @@ cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   return cudaSuccess;
 }
 
-static cudaError_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph) {
-  if (exec == NULL || graph == NULL) return fg_ret(cudaErrorInvalidValue);
+/* Every instantiation's, under the caller's name. */
+static cudaError_t instantiate(const char *entry, cudaGraphExec_t *exec, cudaGraph_t graph) {
+  if (exec == NULL || graph == NULL)
+    return fg_fail(entry, cudaErrorInvalidValue, NULL, "exec=%p, graph=%p", (void *)exec, (void *)graph);
   struct fg_graph_exec *e = calloc(1, sizeof *e);
-  if (e == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  if (e == NULL)
+    return fg_fail(entry, cudaErrorMemoryAllocation, "host memory", "exec=%p, graph=%p", (void *)exec, (void *)graph);
   e->graph = (struct fg_graph *)graph;
   *exec = (cudaGraphExec_t)e;
   return cudaSuccess;
@@ -170,17 +176,17 @@ static cudaError_t instantiate(cudaGraphExec_t *exec, cudaGraph_t graph) {
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
   (void)flags;
-  return instantiate(exec, graph);
+  return instantiate(__func__, exec, graph);
 }
 
 cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
   (void)flags;
-  return instantiate(exec, graph);
+  return instantiate(__func__, exec, graph);
 }
 
 cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *exec, cudaGraph_t graph,
                                            cudaGraphInstantiateParams *params) {
-  cudaError_t err = instantiate(exec, graph);
+  cudaError_t err = instantiate(__func__, exec, graph);
   if (params) params->result_out = err == cudaSuccess ? cudaGraphInstantiateSuccess : cudaGraphInstantiateError;
   return err;
 }
@@ -192,11 +198,11 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 cudaError_t cudaGraphUpload(cudaGraphExec_t exec, cudaStream_t stream) {
   (void)stream;
-  return exec ? cudaSuccess : fg_ret(cudaErrorInvalidValue);
+  return exec ? cudaSuccess : FG_FAIL(cudaErrorInvalidValue, "exec=NULL, stream=%p", (void *)stream);
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  if (exec == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (exec == NULL) return FG_FAIL(cudaErrorInvalidValue, "exec=NULL, stream=%p", (void *)stream);
   fg_init();
   cudaError_t err = cudaSuccess;
   pthread_mutex_lock(&fg_lock);
@@ -204,5 +210,5 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (s == NULL) err = cudaErrorInvalidResourceHandle;
   else ++fg_counters[FG_GRAPH_LAUNCHES];
   pthread_mutex_unlock(&fg_lock);
-  return fg_ret(err);
+  return FG_FAIL(err, "exec=%p, stream=%p", (void *)exec, (void *)stream);
 }

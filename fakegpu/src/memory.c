@@ -13,7 +13,7 @@
 #define UNLOCK() pthread_mutex_unlock(&fg_lock)
 
 cudaError_t cudaMalloc(void **ptr, size_t size) {
-  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (ptr == NULL) return FG_FAIL(cudaErrorInvalidValue, "ptr=NULL, size=%zu", size);
   *ptr = NULL;
   if (size == 0) return cudaSuccess;
   LOCK();
@@ -22,7 +22,7 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
   /* Unsafe during a capture unless the thread is relaxed (PyTorch switches). */
   if (fg_unsafe_call_refused_locked()) {
     UNLOCK();
-    return fg_ret(cudaErrorStreamCaptureUnsupported);
+    return FG_FAIL_WHY(cudaErrorStreamCaptureUnsupported, "during a stream capture", "size=%zu", size);
   }
   int charged = fg_charge_locked(device, size) == 0;
   UNLOCK();
@@ -34,7 +34,8 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
     ++fg_counters[FG_FAILED_MALLOCS];
   }
   UNLOCK();
-  if (p == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  if (p == NULL)
+    return FG_FAIL_WHY(cudaErrorMemoryAllocation, charged ? "no device addresses left" : NULL, "size=%zu", size);
   *ptr = p;
   return cudaSuccess;
 }
@@ -55,7 +56,8 @@ cudaError_t cudaFree(void *ptr) {
   }
   UNLOCK();
   if (err == cudaSuccess) fg_unmap_aligned(ptr, size);
-  return fg_ret(err);
+  return FG_FAIL_WHY(err, err == cudaErrorInvalidValue ? "not an address cudaMalloc gave" : "during a stream capture",
+                     "ptr=%p", ptr);
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
@@ -67,8 +69,9 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
   return cudaSuccess;
 }
 
-/* A copy or memset runs at once unless its stream is capturing. */
-static cudaError_t on_stream(cudaStream_t stream, int *run) {
+/* A copy or memset runs at once unless its stream is capturing: *run says whether it runs now. An unknown
+ * stream fails the call, logged under entry, the caller's name. */
+static cudaError_t on_stream(const char *entry, cudaStream_t stream, int *run) {
   cudaError_t err = cudaSuccess;
   LOCK();
   struct fg_stream *s = fg_stream_locked(stream);
@@ -78,97 +81,118 @@ static cudaError_t on_stream(cudaStream_t stream, int *run) {
     *run = !fg_capture_work_locked(s, 1);
   }
   UNLOCK();
+  return fg_fail(entry, err, NULL, "stream=%p", (void *)stream);
+}
+
+/* Every copy entry point's: count bytes from src to dst on stream, under the caller's name. */
+static cudaError_t copy(const char *entry, void *dst, const void *src, size_t count, cudaStream_t stream) {
+  int run = 0;
+  cudaError_t err = on_stream(entry, stream, &run);
+  if (err == cudaSuccess && run) fg_contents_copy(dst, src, count);
   return err;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
   (void)kind;
-  int run = 0;
-  cudaError_t err = on_stream(stream, &run);
-  if (err == cudaSuccess && run) fg_contents_copy(dst, src, count);
-  return fg_ret(err);
+  return copy(__func__, dst, src, count, stream);
 }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
-  return cudaMemcpyAsync(dst, src, count, kind, 0);
+  (void)kind;
+  return copy(__func__, dst, src, count, 0);
 }
 
 cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_device, const void *src, int src_device, size_t count,
                                 cudaStream_t stream) {
-  (void)dst_device;
-  (void)src_device;
-  return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+  (void)dst_device, (void)src_device;
+  return copy(__func__, dst, src, count, stream);
 }
 
 cudaError_t cudaMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t count) {
-  return cudaMemcpyPeerAsync(dst, dst_device, src, src_device, count, 0);
+  (void)dst_device, (void)src_device;
+  return copy(__func__, dst, src, count, 0);
+}
+
+static cudaError_t copy_2d(const char *entry, void *dst, size_t dpitch, const void *src, size_t spitch,
+                           size_t width, size_t height, cudaStream_t stream) {
+  int run = 0;
+  cudaError_t err = on_stream(entry, stream, &run);
+  if (err == cudaSuccess && run)
+    for (size_t row = 0; row < height; ++row)
+      fg_contents_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
+  return err;
 }
 
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                               size_t height, enum cudaMemcpyKind kind, cudaStream_t stream) {
   (void)kind;
-  int run = 0;
-  cudaError_t err = on_stream(stream, &run);
-  if (err == cudaSuccess && run)
-    for (size_t row = 0; row < height; ++row)
-      fg_contents_copy((char *)dst + row * dpitch, (const char *)src + row * spitch, width);
-  return fg_ret(err);
+  return copy_2d(__func__, dst, dpitch, src, spitch, width, height, stream);
 }
 
 cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                          enum cudaMemcpyKind kind) {
-  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, 0);
+  (void)kind;
+  return copy_2d(__func__, dst, dpitch, src, spitch, width, height, 0);
+}
+
+static cudaError_t fill(const char *entry, void *ptr, int value, size_t count, cudaStream_t stream) {
+  int run = 0;
+  cudaError_t err = on_stream(entry, stream, &run);
+  if (err == cudaSuccess && run) fg_contents_fill(ptr, value, count);
+  return err;
 }
 
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t count, cudaStream_t stream) {
-  int run = 0;
-  cudaError_t err = on_stream(stream, &run);
-  if (err == cudaSuccess && run) fg_contents_fill(ptr, value, count);
-  return fg_ret(err);
+  return fill(__func__, ptr, value, count, stream);
 }
 
-cudaError_t cudaMemset(void *ptr, int value, size_t count) { return cudaMemsetAsync(ptr, value, count, 0); }
+cudaError_t cudaMemset(void *ptr, int value, size_t count) { return fill(__func__, ptr, value, count, 0); }
 
 cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
                                     enum cudaMemcpyKind kind, cudaStream_t stream) {
-  return cudaMemcpyAsync((char *)symbol + offset, src, count, kind, stream);
+  (void)kind;
+  return copy(__func__, (char *)symbol + offset, src, count, stream);
 }
 
 cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
                                enum cudaMemcpyKind kind) {
-  return cudaMemcpyToSymbolAsync(symbol, src, count, offset, kind, 0);
+  (void)kind;
+  return copy(__func__, (char *)symbol + offset, src, count, 0);
 }
 
 cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset,
                                       enum cudaMemcpyKind kind, cudaStream_t stream) {
-  return cudaMemcpyAsync(dst, (const char *)symbol + offset, count, kind, stream);
+  (void)kind;
+  return copy(__func__, dst, (const char *)symbol + offset, count, stream);
 }
 
 cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset,
                                  enum cudaMemcpyKind kind) {
-  return cudaMemcpyFromSymbolAsync(dst, symbol, count, offset, kind, 0);
+  (void)kind;
+  return copy(__func__, dst, (const char *)symbol + offset, count, 0);
 }
 
 cudaError_t cudaGetSymbolAddress(void **ptr, const void *symbol) {
-  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (ptr == NULL) return FG_FAIL(cudaErrorInvalidValue, "ptr=NULL, symbol=%p", symbol);
   *ptr = (void *)symbol; /* a registered variable lives at its host shadow */
   return cudaSuccess;
 }
 
 cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol) {
   (void)symbol;
-  if (size == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (size == NULL) return FG_FAIL(cudaErrorInvalidValue, "size=NULL, symbol=%p", symbol);
   *size = 0;
   return cudaSuccess;
 }
 
 /* Pinned host memory. */
 
-cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
-  (void)flags;
-  if (ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+/* Both pinned allocations': under the caller's name. */
+static cudaError_t host_alloc(const char *entry, void **ptr, size_t size, unsigned int flags) {
+  if (ptr == NULL) return fg_fail(entry, cudaErrorInvalidValue, NULL, "ptr=NULL, size=%zu, flags=0x%x", size, flags);
   void *p = NULL;
-  if (posix_memalign(&p, 4096, size ? size : 1) != 0) return fg_ret(cudaErrorMemoryAllocation);
+  if (posix_memalign(&p, 4096, size ? size : 1) != 0)
+    return fg_fail(entry, cudaErrorMemoryAllocation, "host memory", "size=%zu, flags=0x%x", size, flags);
   LOCK();
   fg_memory_add_locked(p, size, fg_current_device(), FG_KIND_HOST);
   UNLOCK();
@@ -176,7 +200,11 @@ cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
+  return host_alloc(__func__, ptr, size, flags);
+}
+
+cudaError_t cudaMallocHost(void **ptr, size_t size) { return host_alloc(__func__, ptr, size, 0); }
 
 cudaError_t cudaFreeHost(void *ptr) {
   if (ptr == NULL) return cudaSuccess;
@@ -185,7 +213,7 @@ cudaError_t cudaFreeHost(void *ptr) {
   found = fg_memory_find_locked(ptr, NULL, NULL, NULL, &kind) && kind == FG_KIND_HOST &&
           fg_memory_remove_locked(ptr, NULL, NULL, NULL);
   UNLOCK();
-  if (!found) return fg_ret(cudaErrorInvalidValue);
+  if (!found) return FG_FAIL_WHY(cudaErrorInvalidValue, "not an address cudaHostAlloc gave", "ptr=%p", ptr);
   free(ptr);
   return cudaSuccess;
 }
@@ -204,13 +232,13 @@ cudaError_t cudaHostUnregister(void *ptr) {
 
 cudaError_t cudaHostGetDevicePointer(void **device_ptr, void *host_ptr, unsigned int flags) {
   (void)flags;
-  if (device_ptr == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (device_ptr == NULL) return FG_FAIL(cudaErrorInvalidValue, "device_ptr=NULL, host_ptr=%p", host_ptr);
   *device_ptr = host_ptr;
   return cudaSuccess;
 }
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr) {
-  if (attributes == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (attributes == NULL) return FG_FAIL(cudaErrorInvalidValue, "attributes=NULL, ptr=%p", ptr);
   memset(attributes, 0, sizeof *attributes);
   void *base = NULL;
   int device = 0, kind = 0;

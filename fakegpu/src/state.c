@@ -3,13 +3,12 @@
 #include "state.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "../include/fakegpu.h"
+#include "../include/fg_log.h"
 
 pthread_mutex_t fg_lock = PTHREAD_MUTEX_INITIALIZER;
 int fg_device_count = 1;
@@ -26,7 +25,7 @@ const char *const fg_counter_names[FG_COUNTERS] = {
     "event_queries",      "syncs",               "kernel_launches", "memcpy_calls",
     "captures_begun",     "captures_ended",      "graph_launches",  "capture_violations",
     "unimplemented_calls", "vmm_creates",        "vmm_releases",    "vmm_maps",
-    "vmm_unmaps",
+    "vmm_unmaps",         "failed_calls",
 };
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -66,9 +65,20 @@ void fg_init(void) { pthread_once(&init_once, read_settings); }
 int fg_current_device(void) { return current_device; }
 void fg_set_current_device(int device) { current_device = device; }
 
-cudaError_t fg_ret(cudaError_t err) {
-  if (err != cudaSuccess) last_error = err;
+cudaError_t fg_fail(const char *entry, cudaError_t err, const char *why, const char *fmt, ...) {
+  if (err == cudaSuccess || err == cudaErrorNotReady) return err;
+  last_error = err;
+  va_list args;
+  va_start(args, fmt);
+  fg_log_failed(entry, cudaGetErrorName(err), why, fmt, args);
+  va_end(args);
   return err;
+}
+
+void fg_log_failed(const char *entry, const char *error, const char *why, const char *fmt, va_list args) {
+  fg_init();
+  __atomic_fetch_add(&fg_counters[FG_FAILED_CALLS], 1, __ATOMIC_RELAXED);
+  fg_log_failed_line(log_path, entry, error, why, fmt, args);
 }
 
 cudaError_t fg_take_last_error(void) {
@@ -88,17 +98,7 @@ int fg_unimplemented(const char *name) {
 void fg_log_unimplemented(const char *name) {
   fg_init();
   __atomic_fetch_add(&fg_counters[FG_UNIMPLEMENTED_CALLS], 1, __ATOMIC_RELAXED);
-  char line[512];
-  int n = snprintf(line, sizeof line, "torchmem fake GPU: unimplemented %s (pid %d)\n", name, (int)getpid());
-  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
-  if (write(2, line, (size_t)n) < 0) { /* nothing to do */ }
-  if (log_path[0] != '\0') {
-    int fd = open(log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      if (write(fd, line, (size_t)n) < 0) { /* nothing to do */ }
-      close(fd);
-    }
-  }
+  fg_log_unimplemented_line(log_path, "", name);
 }
 
 static size_t granules(size_t bytes) { return (bytes + FG_GRANULE - 1) / FG_GRANULE * FG_GRANULE; }

@@ -8,7 +8,10 @@
  *   TORCHMEM_FAKEGPU_SMS       multiprocessors (default 132)
  *   TORCHMEM_FAKEGPU_HOLD      "1": hold every stream from the start
  *   TORCHMEM_FAKEGPU_LOG       a file that gets one line per call of an
- *                              entry point the fake does not implement
+ *                              entry point the fake does not implement, and
+ *                              one per failed call of one it does:
+ *                              "torchmem fake GPU: failed NAME(ARGS) =
+ *                              ERROR[: WHY] (pid N)" (../include/fg_log.h)
  *
  * One mutex (fg_lock) guards everything here; functions named *_locked expect
  * it held. Device memory is host address space that is never touched:
@@ -20,6 +23,7 @@
 #define TORCHMEM_FAKEGPU_STATE_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -85,6 +89,7 @@ enum fg_counter {
   FG_VMM_RELEASES,
   FG_VMM_MAPS,
   FG_VMM_UNMAPS,
+  FG_FAILED_CALLS,
   FG_COUNTERS
 };
 
@@ -107,8 +112,20 @@ void fg_init(void);
 int fg_current_device(void);
 void fg_set_current_device(int device);
 
-/* Records err as the thread's last error when it is not cudaSuccess; returns it. */
-cudaError_t fg_ret(cudaError_t err);
+/* Every error return of an entry point: records err as the thread's last
+ * error, counts it (failed_calls), logs "failed NAME(ARGS) = ERROR[: WHY]" to
+ * TORCHMEM_FAKEGPU_LOG and returns err. ARGS are fmt's: name=value, sizes in
+ * decimal, pointers and handles %p, flags in hex. cudaSuccess is returned as
+ * it is, and cudaErrorNotReady (an answer, not an error) is neither recorded
+ * nor logged. FG_FAIL names the calling function; a helper shared by entry
+ * points calls fg_fail with its caller's name. */
+cudaError_t fg_fail(const char *entry, cudaError_t err, const char *why, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define FG_FAIL(err, ...) fg_fail(__func__, (err), NULL, __VA_ARGS__)
+#define FG_FAIL_WHY(err, why, ...) fg_fail(__func__, (err), (why), __VA_ARGS__)
+/* Counts and logs a failed call whose result is not the runtime's (the driver
+ * entry points, driver.c), without touching the last error. */
+void fg_log_failed(const char *entry, const char *error, const char *why, const char *fmt, va_list args);
 cudaError_t fg_take_last_error(void);
 cudaError_t fg_peek_last_error(void);
 

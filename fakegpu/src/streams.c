@@ -73,7 +73,7 @@ static __thread int thread_capture_mode = cudaStreamCaptureModeGlobal;
 static int thread_mode_is(int mode) { return thread_capture_mode == mode; }
 
 cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode) {
-  if (mode == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (mode == NULL) return FG_FAIL(cudaErrorInvalidValue, "mode=NULL");
   int previous = thread_capture_mode;
   thread_capture_mode = *mode;
   *mode = (enum cudaStreamCaptureMode)previous;
@@ -82,10 +82,14 @@ cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode
 
 /* Streams. */
 
-cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
-  if (stream == NULL) return fg_ret(cudaErrorInvalidValue);
+/* Every stream creation's, under the caller's name. */
+static cudaError_t create_stream(const char *entry, cudaStream_t *stream, unsigned int flags, int priority) {
+  if (stream == NULL)
+    return fg_fail(entry, cudaErrorInvalidValue, NULL, "stream=NULL, flags=0x%x, priority=%d", flags, priority);
   struct fg_stream *s = calloc(1, sizeof *s);
-  if (s == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  if (s == NULL)
+    return fg_fail(entry, cudaErrorMemoryAllocation, "host memory", "stream=%p, flags=0x%x, priority=%d",
+                   (void *)stream, flags, priority);
   LOCKED({
     s->device = fg_current_device();
     s->flags = flags;
@@ -98,11 +102,15 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flag
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
-  return cudaStreamCreateWithPriority(stream, flags, 0);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *stream, unsigned int flags, int priority) {
+  return create_stream(__func__, stream, flags, priority);
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *stream) { return cudaStreamCreateWithPriority(stream, 0, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags) {
+  return create_stream(__func__, stream, flags, 0);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *stream) { return create_stream(__func__, stream, 0, 0); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   int found = 0;
@@ -117,7 +125,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
       }
     }
   });
-  return found ? cudaSuccess : fg_ret(cudaErrorInvalidResourceHandle);
+  return found ? cudaSuccess : FG_FAIL(cudaErrorInvalidResourceHandle, "stream=%p", (void *)stream);
 }
 
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
@@ -126,6 +134,8 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
   return cudaSuccess;
 }
 
+/* Runs body with s the stream of handle, then returns err_ (logged under the entry point's name with the
+ * stream's handle; an unknown one fails). */
 #define WITH_STREAM(handle, body)                                \
   cudaError_t err_ = cudaSuccess;                                \
   LOCKED({                                                       \
@@ -133,7 +143,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
     if (s == NULL) err_ = cudaErrorInvalidResourceHandle;        \
     else { body; }                                               \
   });                                                            \
-  return fg_ret(err_)
+  return FG_FAIL(err_, "stream=%p", (void *)(handle))
 
 cudaError_t cudaStreamGetPriority(cudaStream_t stream, int *priority) {
   WITH_STREAM(stream, if (priority) *priority = s->priority);
@@ -185,7 +195,7 @@ cudaError_t cudaDeviceSynchronize(void) {
       fg_device_complete_locked(fg_current_device());
     }
   });
-  return fg_ret(err);
+  return FG_FAIL_WHY(err, "during a stream capture", "");
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data) {
@@ -196,7 +206,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
     else fg_stream_add_work_locked(s);
   });
   if (err == cudaSuccess && fn != NULL) fn(data);
-  return fg_ret(err);
+  return FG_FAIL(err, "stream=%p", (void *)stream);
 }
 
 /* Events.
@@ -214,19 +224,25 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
 #define FG_EVENT_INTERVAL_MS 10.0
 static uint64_t recorded_events;
 
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
-  if (event == NULL) return fg_ret(cudaErrorInvalidValue);
+/* Both event creations', under the caller's name. */
+static cudaError_t create_event(const char *entry, cudaEvent_t *event, unsigned int flags) {
+  if (event == NULL) return fg_fail(entry, cudaErrorInvalidValue, NULL, "event=NULL, flags=0x%x", flags);
   struct fg_event *e = calloc(1, sizeof *e);
-  if (e == NULL) return fg_ret(cudaErrorMemoryAllocation);
+  if (e == NULL)
+    return fg_fail(entry, cudaErrorMemoryAllocation, "host memory", "event=%p, flags=0x%x", (void *)event, flags);
   e->flags = flags;
   *event = (cudaEvent_t)e;
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t *event) { return cudaEventCreateWithFlags(event, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags) {
+  return create_event(__func__, event, flags);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *event) { return create_event(__func__, event, 0); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  if (event == NULL) return FG_FAIL(cudaErrorInvalidResourceHandle, "event=NULL");
   LOCKED({
     struct fg_event *e = (struct fg_event *)event;
     e->stream = NULL;
@@ -235,21 +251,31 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
-  (void)flags;
-  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
-  WITH_STREAM(stream, {
+/* Both event records', under the caller's name. */
+static cudaError_t record_event(const char *entry, cudaEvent_t event, cudaStream_t stream) {
+  if (event == NULL)
+    return fg_fail(entry, cudaErrorInvalidResourceHandle, NULL, "event=NULL, stream=%p", (void *)stream);
+  cudaError_t err = cudaSuccess;
+  LOCKED({
+    struct fg_stream *s = fg_stream_locked(stream);
     struct fg_event *e = (struct fg_event *)event;
-    ++fg_counters[FG_EVENT_RECORDS];
-    e->stream = s;
-    e->seq = s->capture_id != 0 ? 0 : fg_stream_add_work_locked(s);
-    e->stamp = ++recorded_events;
+    if (s == NULL) err = cudaErrorInvalidResourceHandle;
+    else {
+      ++fg_counters[FG_EVENT_RECORDS];
+      e->stream = s;
+      e->seq = s->capture_id != 0 ? 0 : fg_stream_add_work_locked(s);
+      e->stamp = ++recorded_events;
+    }
   });
+  return fg_fail(entry, err, NULL, "event=%p, stream=%p", (void *)event, (void *)stream);
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  return cudaEventRecordWithFlags(event, stream, 0);
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  (void)flags;
+  return record_event(__func__, event, stream);
 }
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) { return record_event(__func__, event, stream); }
 
 static int event_pending_locked(const struct fg_event *e) {
   if (e->stream == NULL) return 0;
@@ -259,19 +285,19 @@ static int event_pending_locked(const struct fg_event *e) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  if (event == NULL) return FG_FAIL(cudaErrorInvalidResourceHandle, "event=NULL");
   cudaError_t err = cudaSuccess;
   LOCKED({
     ++fg_counters[FG_EVENT_QUERIES];
     if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
     else if (event_pending_locked((struct fg_event *)event)) err = cudaErrorNotReady;
   });
-  /* Not ready is an answer, not an error: CUDA does not record it as the last error. */
-  return err == cudaErrorNotReady ? err : fg_ret(err);
+  /* Not ready is an answer, not an error: CUDA does not record it as the last error (nor does FG_FAIL). */
+  return FG_FAIL(err, "event=%p", (void *)event);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (event == NULL) return fg_ret(cudaErrorInvalidResourceHandle);
+  if (event == NULL) return FG_FAIL(cudaErrorInvalidResourceHandle, "event=NULL");
   cudaError_t err = cudaSuccess;
   LOCKED({
     struct fg_event *e = (struct fg_event *)event;
@@ -281,19 +307,23 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
       if (e->stream && e->stream->done < e->seq) e->stream->done = e->seq;
     }
   });
-  return fg_ret(err);
+  return FG_FAIL(err, "event=%p", (void *)event);
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
-  if (ms == NULL || start == NULL || end == NULL) return fg_ret(cudaErrorInvalidValue);
+  if (ms == NULL || start == NULL || end == NULL)
+    return FG_FAIL(cudaErrorInvalidValue, "ms=%p, start=%p, end=%p", (void *)ms, (void *)start, (void *)end);
   const struct fg_event *a = (const struct fg_event *)start, *b = (const struct fg_event *)end;
-  if ((a->flags | b->flags) & cudaEventDisableTiming) return fg_ret(cudaErrorInvalidResourceHandle);
+  if ((a->flags | b->flags) & cudaEventDisableTiming)
+    return FG_FAIL_WHY(cudaErrorInvalidResourceHandle, "an event without timing", "ms=%p, start=%p, end=%p",
+                       (void *)ms, (void *)start, (void *)end);
   cudaError_t err = cudaSuccess;
   LOCKED({
     if (a->stream == NULL || b->stream == NULL) err = cudaErrorInvalidResourceHandle;
     else *ms = (float)((double)b->stamp - (double)a->stamp) * FG_EVENT_INTERVAL_MS;
   });
-  return fg_ret(err);
+  return FG_FAIL_WHY(err, "an event not recorded", "ms=%p, start=%p, end=%p", (void *)ms, (void *)start,
+                     (void *)end);
 }
 
 long long fakegpu_pending_events(void) {

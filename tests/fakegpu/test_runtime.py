@@ -202,6 +202,59 @@ def test_unimplemented_entry_point_logs_and_fails(tmp_path):
     assert "unimplemented cudaMallocManaged" in proc.stderr
 
 
+def test_failed_calls_log_their_name_arguments_and_error(tmp_path):
+    """A hand-written entry point that returns an error logs one line to the log file only: the call, its
+    arguments and the error's name. A call that succeeds, and an event query answering "not ready", log nothing."""
+    log = tmp_path / "fakegpu.log"
+    got = run_json(f"""
+        import ctypes, json, os
+        from torchmem.fakegpu import Control
+        c = Control()
+        c.reset_counters()
+        lib, driver = ctypes.CDLL(None), ctypes.CDLL("libcuda.so.1")
+        start = os.path.getsize({str(log)!r}) if os.path.exists({str(log)!r}) else 0
+        ptr, device, event = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_void_p()
+        results = {{"set_device": lib.cudaSetDevice(3),
+                    "too_big": lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(16 << 30))}}
+        fn, status = ctypes.c_void_p(), ctypes.c_int()
+        lib.cudaGetDriverEntryPoint(b"cuMemMap", ctypes.byref(fn), ctypes.c_ulonglong(0), ctypes.byref(status))
+        mem_map = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_size_t,
+                                   ctypes.c_ulonglong, ctypes.c_ulonglong)(fn.value)
+        results["map_no_handle"] = mem_map(0x200000, 2 << 20, 0, 0, 0)
+        results["device_get"] = driver.cuDeviceGet(ctypes.byref(device), 7)
+        results["clear"] = lib.cudaGetLastError()
+        # Calls that succeed, and a query that answers "not yet".
+        results["ok_set_device"] = lib.cudaSetDevice(0)
+        results["ok_malloc"] = lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(4096))
+        results["ok_free"] = lib.cudaFree(ptr)
+        c.hold_all()
+        lib.cudaEventCreateWithFlags(ctypes.byref(event), 0)
+        lib.cudaEventRecord(event, None)
+        results["query"] = lib.cudaEventQuery(event)
+        results["after_query"] = lib.cudaGetLastError()
+        c.complete_all()
+        print(json.dumps({{"results": results, "pid": os.getpid(), "start": start,
+                          "device_arg": hex(ctypes.addressof(device)), "failed": c.counter("failed_calls")}}))
+    """, card="8GiB", env={"TORCHMEM_FAKEGPU_LOG": str(log)})
+    assert got["results"] == {"set_device": 101, "too_big": 2, "map_no_handle": 1, "device_get": 101,
+                              "clear": 2,  # cudaMalloc's: the runtime's latest failure (driver calls leave it)
+                              "ok_set_device": 0, "ok_malloc": 0, "ok_free": 0,
+                              "query": 600, "after_query": 0}  # cudaErrorNotReady is an answer, not a last error
+    pid = got["pid"]
+    lines = log.read_text()[got["start"]:].splitlines()
+    # One device on the card: ordinal 3 is past it. 16 GiB is twice the 8 GiB card. cuMemMap without a handle
+    # (0 is a null pointer, written NULL) is an invalid value. The fake libcuda has one device too.
+    assert lines == [
+        f"torchmem fake GPU: failed cudaSetDevice(device=3) = cudaErrorInvalidDevice (pid {pid})",
+        f"torchmem fake GPU: failed cudaMalloc(size={16 * GiB}) = cudaErrorMemoryAllocation (pid {pid})",
+        f"torchmem fake GPU: failed cuMemMap(ptr=0x200000, size={2 * MiB}, offset=0, handle=NULL, flags=0x0)"
+        f" = CUDA_ERROR_INVALID_VALUE (pid {pid})",
+        f"torchmem fake GPU: failed cuDeviceGet(device={got['device_arg']}, ordinal=7) = CUDA_ERROR_INVALID_DEVICE"
+        f" (pid {pid})",
+    ]
+    assert got["failed"] == 3  # the runtime's counters: libcuda.so.1 is a library of its own, which only logs
+
+
 def test_launcher_runs_a_command_and_passes_its_exit_status():
     code = "import torch, sys; sys.exit(40 + torch.cuda.device_count())"
     proc = run_args(["-m", "torchmem.fakegpu", "--card", "16GiB", "--devices", "3", "--", sys.executable, "-c", code],

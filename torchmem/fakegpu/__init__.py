@@ -325,7 +325,7 @@ class Control:
     COUNTERS = ("malloc_calls", "free_calls", "failed_mallocs", "event_records", "event_queries", "syncs",
                 "kernel_launches", "memcpy_calls", "captures_begun", "captures_ended", "graph_launches",
                 "capture_violations", "unimplemented_calls", "vmm_creates", "vmm_releases", "vmm_maps",
-                "vmm_unmaps", "pending_events")
+                "vmm_unmaps", "failed_calls", "pending_events")
 
     def __init__(self) -> None:
         if not on_fake_gpu():
