@@ -55,6 +55,14 @@ def as_pytorch_setting(conf: str) -> str:
     the tie rule a snapshot's release implies (torch 2.13+ break ties by segment age by themselves)."""
     return ",".join(item for item in conf_items(conf) if not item.startswith("reuse_order:"))
 
+SEGMENT_AGE_RULE = "reuse_order:segment"  # torch 2.13+'s tie rule, implied by the release (snapshot_trace.py)
+
+
+def shown_setting(conf: str) -> str:
+    """A row's setting as a user types it: without the tie rule the snapshot's release implies."""
+    return ",".join(item for item in conf_items(conf) if item != SEGMENT_AGE_RULE)
+
+
 @dataclass
 class Advice:
     """One setting's outcome."""
@@ -86,7 +94,7 @@ class Advice:
     @property
     def label(self) -> str:
         """The row's name: its setting, and marks for the run's own, torchmem's policy and a guess."""
-        return (self.conf or "(defaults)") + (" [the run's]" if self.recorded else "") + (
+        return (shown_setting(self.conf) or "(defaults)") + (" [the run's]" if self.recorded else "") + (
             " [torchmem]" if self.policy == "stitch" else "") + (" [guess]" if self.guessed_at is not None else "")
 
     def summary(self, width: int = 66) -> str:

@@ -4,7 +4,8 @@
 """
 from __future__ import annotations
 
-from torchmem.replay.advise import as_pytorch_setting
+from torchmem.pytorch_env import conf_items
+from torchmem.replay.advise import SEGMENT_AGE_RULE, as_pytorch_setting
 from torchmem.replay.runner import fmt_size
 
 COLUMNS = ("  needs: the least device memory with which the trace completes under that setting (it completes there "
@@ -13,10 +14,19 @@ COLUMNS = ("  needs: the least device memory with which the trace completes unde
            "on the reference capacity.")
 
 
+AGE_RULE = ("  Every PyTorch setting was replayed with the tie rule of the snapshot's release (torch 2.13 and "
+            "later): among free blocks of one size, the one whose segment was allocated first.")
+
+
 def table(rows: list) -> list[str]:
-    """Advise's rows, indented, their labels in one column as wide as the longest (at least 66)."""
+    """Advise's rows, indented, their labels in one column as wide as the longest (at least 66); then, once,
+    the tie rule the snapshot's release implies, which the rows leave out (advise.shown_setting)."""
     width = max([66] + [len(r.label) for r in rows])
-    return ["  " + r.summary(width) for r in rows]
+    lines = ["  " + r.summary(width) for r in rows]
+    native = [r for r in rows if r.policy == "native"]
+    if native and all(SEGMENT_AGE_RULE in conf_items(r.conf) for r in native):
+        lines.append(AGE_RULE)
+    return lines
 
 
 def verdict(rows: list) -> list[str]:
