@@ -30,9 +30,12 @@ def test_a_missing_entry_point_is_named(tmp_path):
     assert cause(path, 4, CUDA_ERROR).startswith("the fake GPU does not implement libcuda cuCtxFoo: ")
 
 
-def test_a_full_card_is_not_blamed_on_the_fake_gpu(tmp_path):
-    path = log(tmp_path, "failed cudaMalloc(size=85899345920) = cudaErrorMemoryAllocation (pid 4)")
+def test_a_full_card_and_nvmls_probes_are_not_blamed_on_the_fake_gpu(tmp_path):
+    path = log(tmp_path, "failed cudaMalloc(size=85899345920) = cudaErrorMemoryAllocation (pid 4)",
+               "failed nvmlDeviceGetGpuFabricInfoV(device=0x1, info=0x2) = NVML_ERROR_NOT_SUPPORTED: a card before "
+               "sm90 (pid 4)")
     assert cause(path, 4, "torch.OutOfMemoryError: CUDA out of memory.") is None
+    assert cause(path, 4, CUDA_ERROR) is None
 
 
 def test_a_scripts_own_error_or_another_process_or_no_log_gives_nothing(tmp_path):

@@ -8,7 +8,8 @@ and one per call of an entry point they do not:
 
 When a script fails with a CUDA error, the last such line of its process
 names the call behind it. Out-of-memory lines are left out: a full card is the
-card's limit, which preflight reports as an OOM.
+card's limit, which preflight reports as an OOM. So are NVML's: PyTorch probes
+NVML and takes its refusals (a fabric query on a card before sm90).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def cause(log: str | os.PathLike[str] | None, pid: int, error: str) -> str | Non
         return None
     for text in reversed(lines):
         found = _LINE.match(text)
-        if found is None or int(found["pid"]) != pid or found["error"] in _OUT_OF_MEMORY:
+        if found is None or int(found["pid"]) != pid or found["error"] in _OUT_OF_MEMORY \
+                or (found["call"] or "").startswith("nvml"):
             continue
         if found["missing"]:
             return f"the fake GPU does not implement {found['missing']}: a limit of the fake GPU, not of the script"
