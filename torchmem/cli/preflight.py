@@ -40,6 +40,13 @@ def register(subparsers) -> None:
     p.add_argument("--steps", type=arguments.count(1), default=None,
                    help="end each process after this many optimizer steps, and give each step's peaks "
                         "(torch.optim's steps, DeepSpeed's engine steps)")
+    p.add_argument("--search", default=None, metavar="NAME=LO..HI",
+                   help="find the largest integer {NAME} in COMMAND (or environment variable NAME) that fits each card "
+                        "of --cards, by bisection over probes of --steps steps (default 3)")
+    p.add_argument("--cards", default=None, help="with --search: catalog names and sizes, comma-separated "
+                                                 "(default: the whole catalog)")
+    p.add_argument("--margin", type=float, default=0.05,
+                   help="with --search: the share of each card left free (default 0.05)")
     p.add_argument("--no-advise", action="store_true", help="skip advise's table")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object; the command's own output goes to stderr")
@@ -72,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError("--ranks needs --world-size")
     if args.world_size is not None and args.devices != 1:
         raise ArgumentError("--devices does not go with --world-size: each rank sees as many devices as a node has")
+    if args.search is not None:
+        return _search(args, command)
+    if args.cards is not None:
+        raise ArgumentError("--cards needs --search (a single run's report lists every card)")
     sys.stdout.flush()
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
@@ -90,3 +101,34 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(report.format())
     return 0 if report.fits else OOM_EXIT
+
+
+def _search(args: argparse.Namespace, command: list[str]) -> int:
+    import tempfile
+
+    from torchmem.fakegpu import FakeGPUError
+    from torchmem.preflight.search import SearchError, format_limits, parse_cards, parse_space, search
+    from torchmem.traces import ArgumentError
+
+    if args.world_size is not None or args.devices != 1:
+        raise ArgumentError("--search runs one process on one device: leave out --world-size and --devices")
+    try:
+        space, cards = parse_space(args.search), parse_cards(args.cards)
+    except SearchError as exc:
+        raise ArgumentError(str(exc)) from None
+    if not 0 <= args.margin < 1:
+        raise ArgumentError(f"--margin must be at least 0 and below 1, not {args.margin}")
+    steps = args.steps or 3
+    out = args.out or tempfile.mkdtemp(prefix="torchmem-search-")
+    try:
+        limits = search(command, space, cards, margin=args.margin, steps=steps, out=out, conf=args.conf)
+    except (SearchError, FakeGPUError) as exc:
+        print(f"torchmem preflight: error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"search": args.search, "margin": args.margin, "steps": steps, "out": out,
+                          "cards": [limit.to_json() for limit in limits]}, indent=2))
+    else:
+        print(format_limits(limits, space, args.margin, steps))
+        print(f"Probes' snapshots and reports: {out}")
+    return 0

@@ -31,7 +31,7 @@ class CardFit:
 
     key: str
     memory: int               # the card's total_memory
-    usable: int               # what PyTorch's allocator can get on it
+    usable: int               # what PyTorch's allocator can get on it (less a search's margin)
     fits: bool                # the run's setting completes at `usable`
     peak_reserved: int        # the replay's, at `usable` (at the OOM when it does not fit)
     setting: str | None       # where it does not fit: the best setting that does, None when none does
@@ -45,20 +45,37 @@ class CardFit:
         return {**self.__dict__, "marks": list(self.marks), "headroom": self.headroom}
 
 
-def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: bool) -> list[CardFit]:
-    """Every catalog card, smallest first, against `trace` (a torchmem Trace) replayed under its own setting."""
+def capacity_of(card: "Card", margin: float = 0.0) -> int:
+    """What the allocator may take on `card`, less `margin` of its total_memory, down to the 2 MiB grid."""
+    grid = 2 << 20
+    return max(grid, (card.usable - int(margin * card.memory)) // grid * grid if margin else card.usable)
+
+
+def card_label(card: "Card") -> str:
+    """A card's catalog name, or its size as --card takes it."""
+    from torchmem.preflight.report import card_arg
+
+    return card.key or card_arg(card.memory)
+
+
+def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: bool,
+              cards: list["Card"] | None = None, margin: float = 0.0) -> list[CardFit]:
+    """Each card (default: the catalog's), smallest first, against `trace` (a torchmem Trace) replayed under its
+    own setting at the card's allocator capacity less `margin` of its memory (capacity_of)."""
     from torchmem.fakegpu.cards import CARDS
     from torchmem.replay import replay
     from torchmem.replay.advise import as_pytorch_setting
 
     rows = []
-    for card in sorted(CARDS.values(), key=lambda c: (c.memory, c.key)):
-        result = replay(trace, capacity=card.usable)
-        marks = ["the run's card"] if card.key == run_card.key else ["sized itself"] if sized else []
+    for card in sorted(CARDS.values() if cards is None else cards, key=lambda c: (c.memory, c.key or "")):
+        capacity = capacity_of(card, margin)
+        result = replay(trace, capacity=capacity)
+        mine = card.key == run_card.key if card.key else card.memory == run_card.memory and not run_card.key
+        marks = ["the run's card"] if mine else ["sized itself"] if sized else []
         guessed = result.start_age_guesses > 0
         setting = None
         if not result.completed:
-            fitting = [a for a in advice or () if a.min_capacity is not None and a.min_capacity <= card.usable]
+            fitting = [a for a in advice or () if a.min_capacity is not None and a.min_capacity <= capacity]
             best = next((a for a in fitting if a.policy == "native"), fitting[0] if fitting else None)
             if best is not None:
                 setting = as_pytorch_setting(best.conf) or "(defaults)"
@@ -66,7 +83,7 @@ def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: boo
                 guessed = guessed or best.guessed_at is not None
         if guessed:
             marks.append("guess")
-        rows.append(CardFit(card.key or card.name, card.memory, card.usable, result.completed,
+        rows.append(CardFit(card_label(card), card.memory, capacity, result.completed,
                             result.peak_reserved, setting, tuple(marks)))
     return rows
 
