@@ -51,10 +51,16 @@ def capacity_of(card: "Card", margin: float = 0.0) -> int:
     return max(grid, (card.usable - int(margin * card.memory)) // grid * grid if margin else card.usable)
 
 
+def card_arg(memory: int) -> str:
+    """A --card value for a size: 80GiB, 512MiB, or bytes."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if memory % (1 << shift) == 0:
+            return f"{memory >> shift}{unit}"
+    return f"{memory}B"
+
+
 def card_label(card: "Card") -> str:
     """A card's catalog name, or its size as --card takes it."""
-    from torchmem.preflight.report import card_arg
-
     return card.key or card_arg(card.memory)
 
 

@@ -167,19 +167,12 @@ def ended_early(report: "Report") -> list[str]:
     return out
 
 
-def card_arg(memory: int) -> str:
-    """A --card value for a size: 80GiB, 512MiB, or bytes."""
-    for unit, shift in (("GiB", 30), ("MiB", 20)):
-        if memory % (1 << shift) == 0:
-            return f"{memory >> shift}{unit}"
-    return f"{memory}B"
-
-
 def next_step(report: "Report") -> str | None:
     """The preflight that would confirm advise's answer: the best PyTorch setting on this card, or a larger card."""
     import math
     import shlex
 
+    from torchmem.preflight.cards_table import card_arg
     from torchmem.replay.advise import as_pytorch_setting
 
     if report.fits or not report.advice:

@@ -80,8 +80,8 @@ class CardLimit:
     fit: CardFit | None          # the largest value's row (peak reserved, headroom)
     outside: int                 # memory outside the allocator on that card
     next_value: int | None       # the value just above `largest` (None at the top of the range)
-    next_setting: str | None     # advise's best setting at next_value on that card
-    next_fits: bool              # whether next_value fits under next_setting
+    next_setting: str | None     # advise's best setting that fits next_value on that card; None: none does
+    next_fits: bool              # whether one does
 
     def to_json(self) -> dict[str, Any]:
         return {"card": self.card, "largest": self.largest, "outside": self.outside,
@@ -183,10 +183,10 @@ def _limit(card: Card, largest: int, probes: dict[int, _Probe], space: Space, ma
     if next_value is not None and next_value in probes:
         rows = advise(probes[next_value].trace, capacity_of(card, margin))
         best = next((r for r in rows if r.completes and r.policy == "native"),
-                    next((r for r in rows if r.completes), rows[0] if rows else None))
+                    next((r for r in rows if r.completes), None))
         if best is not None:
             setting = (as_pytorch_setting(best.conf) or "(defaults)") + (" [torchmem]" if best.policy == "stitch" else "")
-            fits = best.completes
+            fits = True
     return CardLimit(key, found, probes[found].fits[key] if found is not None else None, card.outside_bytes,
                      next_value, setting, fits)
 
@@ -206,9 +206,9 @@ def format_limits(limits: list[CardLimit], space: Space, margin: float, steps: i
             head = (f"{space.name}={limit.largest}: peak reserved {fmt_size(f.peak_reserved)} + outside "
                     f"{fmt_size(limit.outside)} = {fmt_size(f.peak_reserved + limit.outside)}, headroom "
                     f"{fmt_size(f.headroom)}")
-        if limit.next_value is not None and limit.next_setting is not None:
-            head += (f"; at {limit.next_value}, {limit.next_setting} "
-                     f"{'fits' if limit.next_fits else 'does not fit either'}")
+        if limit.next_value is not None:
+            head += (f"; at {limit.next_value}, {limit.next_setting} fits" if limit.next_fits else
+                     f"; at {limit.next_value}, no setting advise tried fits")
         lines.append(f"  {limit.card:<{width}} {head}")
     lines.append("Confirm a row: torchmem preflight --card CARD --conf SETTING -- COMMAND, with the value in place.")
     return "\n".join(lines)
