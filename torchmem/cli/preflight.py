@@ -47,6 +47,9 @@ def register(subparsers) -> None:
                                                  "(default: the whole catalog)")
     p.add_argument("--margin", type=float, default=0.05,
                    help="with --search: the share of each card left free (default 0.05)")
+    p.add_argument("--read-weights", action="store_true",
+                   help="read safetensors checkpoints whole (default: their headers alone; the values are garbage "
+                        "on the fake GPU anyway)")
     p.add_argument("--no-advise", action="store_true", help="skip advise's table")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object; the command's own output goes to stderr")
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = run_command(command, chosen, args.devices, conf=args.conf, out=args.out, advise=not args.no_advise,
                              max_entries=args.max_entries, world_size=args.world_size, ranks=ranks,
-                             stdout_to_stderr=args.json, steps=args.steps)
+                             stdout_to_stderr=args.json, steps=args.steps, read_weights=args.read_weights)
     except WorldError as exc:
         raise ArgumentError(str(exc)) from None
     except FakeGPUError as exc:

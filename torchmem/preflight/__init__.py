@@ -35,6 +35,7 @@ from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment
 from torchmem.preflight.fakegpu_log import cause
 from torchmem.preflight.killed import KILLED, killed_message
 from torchmem.preflight.steps_hook import STEPS
+from torchmem.preflight.weights_hook import READ_WEIGHTS
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
@@ -156,10 +157,12 @@ class Report:
 def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf: str | None = None,
                     out: str | os.PathLike[str], max_entries: int | None = None,
                     base: Mapping[str, str] | None = None,
-                    command: Sequence[str] | None = None, steps: int | None = None) -> dict[str, str]:
+                    command: Sequence[str] | None = None, steps: int | None = None,
+                    read_weights: bool = False) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
     torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused.
-    With `steps`, each process ends after that many optimizer steps (steps_hook.py)."""
+    With `steps`, each process ends after that many optimizer steps (steps_hook.py). Without `read_weights`,
+    safetensors checkpoints load their shapes, not their bytes (weights_hook.py)."""
     python = interpreter_of(command, (base or os.environ).get("PATH")) if command else None
     build = torch_build(python) if python else None  # a command that is not found is named by the run
     if build is not None and build.version is not None and build.cuda is None:
@@ -179,6 +182,10 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be a whole number of at least 1, not {steps!r}")
         env[STEPS] = str(steps)
+    if read_weights:
+        env[READ_WEIGHTS] = "1"
+    else:
+        env.pop(READ_WEIGHTS, None)
     if conf is not None:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     return env
@@ -199,7 +206,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
                 max_entries: int | None = None, env: Mapping[str, str] | None = None,
                 capture_output: bool = False, timeout: float | None = None, label: str | None = None,
                 world_size: int | None = None, ranks: Sequence[int] = (0,), stdout_to_stderr: bool = False,
-                steps: int | None = None) -> Report:
+                steps: int | None = None, read_weights: bool = False) -> Report:
     """Runs a command under preflight and reads what its processes wrote.
 
     With `world_size`, only `ranks` of a job of that many ranks run, one
@@ -209,6 +216,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
 
     With `steps`, each process ends after its `steps`-th optimizer step, and
     each process's report holds every step's peaks (steps_hook.py).
+    With `read_weights`, checkpoints are read whole, not as shapes alone.
 
     With `stdout_to_stderr` (and no `capture_output`), the command's standard
     output goes to this process's standard error, leaving standard output to
@@ -232,7 +240,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*"), *folder.glob("fakegpu.log")]:
         stale.unlink()
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
-                           command=run_as, steps=steps)
+                           command=run_as, steps=steps, read_weights=read_weights)
     program = shutil.which(run_as[0], path=full.get("PATH"))
     if program is None:
         raise PreflightError(f"{run_as[0]}: command not found", 127)

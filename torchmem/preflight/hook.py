@@ -23,6 +23,8 @@ torch; then, before the script can allocate:
   and libraries, torchmem/fakegpu/cards.py) is taken from every device with
   the fake runtime's own ``cudaMalloc``, so the allocator gets what it would
   get on the real card;
+- safetensors checkpoints load their headers, not their bytes, unless
+  ``$TORCHMEM_PREFLIGHT_READ_WEIGHTS`` is set (weights_hook.py);
 - with ``$TORCHMEM_PREFLIGHT_STEPS`` (``--steps N``), optimizer steps are
   counted with their peaks, and the process ends after the N-th
   (steps_hook.py);
@@ -57,6 +59,7 @@ MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
 OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
 WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # world.WORLD: this module imports nothing of torchmem's
 STEPS = "TORCHMEM_PREFLIGHT_STEPS"  # steps_hook.STEPS
+READ_WEIGHTS = "TORCHMEM_PREFLIGHT_READ_WEIGHTS"  # weights_hook.READ_WEIGHTS
 _state: dict[str, Any] = {"written": False, "counts": {}, "sized": {}, "notes": [], "outcome": None}
 
 # Tensor methods whose result depends on values computed on the device.
@@ -90,6 +93,8 @@ def install() -> None:
     if not os.environ.get(OUT):
         return
     sys.meta_path.insert(0, _AfterImport("torch", _on_torch))
+    if not os.environ.get(READ_WEIGHTS):  # checkpoints load their shapes, not their bytes (weights_hook.py)
+        sys.meta_path.insert(0, _AfterImport("safetensors", lambda module: _sibling("weights_hook").install(module)))
     previous = sys.excepthook
 
     def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -153,15 +158,20 @@ def _on_torch(torch: Any) -> None:
     atexit.register(_at_exit)
 
 
-def _count_steps(torch: Any, limit: int) -> None:
-    """--steps: counts optimizer steps (steps_hook.py) and ends the process after the `limit`-th."""
+def _sibling(name: str) -> Any:
+    """A module of this folder, loaded by path as this one is (none of torchmem's imports run)."""
     import importlib.util
 
-    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "steps_hook.py")
-    spec = importlib.util.spec_from_file_location("_torchmem_preflight_steps", where)
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_torchmem_preflight_{name}", where)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    counter = module.StepCounter(torch, limit, _stop_after_steps)
+    return module
+
+
+def _count_steps(torch: Any, limit: int) -> None:
+    """--steps: counts optimizer steps (steps_hook.py) and ends the process after the `limit`-th."""
+    counter = _sibling("steps_hook").StepCounter(torch, limit, _stop_after_steps)
     counter.install()
     _state["steps"] = counter
     engine = "deepspeed.runtime.engine"
