@@ -33,3 +33,16 @@ def test_probes_split_each_open_interval_and_stay_inside_it():
     assert _next_values({(0, 10), (20, 30)}, 2) == {5, 25}
     assert _next_values({(3, 4)}, 4) == set()
     assert _next_values(set(), 2) == set()
+
+
+def test_the_table_says_when_a_card_takes_the_top_of_the_range_or_nothing():
+    from torchmem.preflight.cards_table import CardFit
+    from torchmem.preflight.search import CardLimit, format_limits
+
+    fit = CardFit("h100-sxm", 80 << 30, 79 << 30, True, 10 << 30, None)
+    limits = [CardLimit("h100-sxm", 64, fit, 590 << 20, None, None, False),
+              CardLimit("t4", None, None, 282 << 20, 1, None, False)]
+    text = format_limits(limits, Space("B", 1, 64), 0.05, 3)
+    assert "h100-sxm B=64: peak reserved 10.00 GiB + outside 590.00 MiB" in text
+    assert "the top of the range: a larger B may fit too" in text
+    assert "t4       none fits (not even B=1); at 1, no setting advise tried fits" in text

@@ -209,6 +209,8 @@ def format_limits(limits: list[CardLimit], space: Space, margin: float, steps: i
         if limit.next_value is not None:
             head += (f"; at {limit.next_value}, {limit.next_setting} fits" if limit.next_fits else
                      f"; at {limit.next_value}, no setting advise tried fits")
+        elif limit.largest is not None:
+            head += f"; the top of the range: a larger {space.name} may fit too"
         lines.append(f"  {limit.card:<{width}} {head}")
     lines.append("Confirm a row: torchmem preflight --card CARD --conf SETTING -- COMMAND, with the value in place.")
     return "\n".join(lines)
