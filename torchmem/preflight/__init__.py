@@ -34,8 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
 from torchmem.preflight.fakegpu_log import cause
 from torchmem.preflight.killed import KILLED, killed_message
-from torchmem.preflight.steps_hook import STEPS
-from torchmem.preflight.weights_hook import READ_WEIGHTS
+from torchmem.preflight.hook import MAX_ENTRIES, OUT, OUTSIDE, READ_WEIGHTS, STEPS
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
@@ -172,12 +171,12 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     log = given_log or Path(out) / "fakegpu.log"  # failed and missing calls (fakegpu_log.py)
     env = environment(card, devices, base=base, command=command, log=os.path.abspath(os.fspath(log)))
     env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/src/contents.c)
-    env["TORCHMEM_PREFLIGHT_OUTSIDE"] = str(parse_card(card).outside_bytes)
+    env[OUTSIDE] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env["TORCHMEM_PREFLIGHT_OUT"] = os.path.abspath(os.fspath(out))
+    env[OUT] = os.path.abspath(os.fspath(out))
     if max_entries is not None:
-        env["TORCHMEM_PREFLIGHT_MAX_ENTRIES"] = str(max_entries)
+        env[MAX_ENTRIES] = str(max_entries)
     if steps is not None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"steps must be a whole number of at least 1, not {steps!r}")

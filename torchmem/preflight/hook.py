@@ -54,12 +54,13 @@ import sys
 import traceback
 from typing import Any
 
+# How the launcher (preflight/__init__.py, world.py) tells each process what to do: the one list of the names.
 OUT = "TORCHMEM_PREFLIGHT_OUT"
 MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
 OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
-WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # world.WORLD: this module imports nothing of torchmem's
-STEPS = "TORCHMEM_PREFLIGHT_STEPS"  # steps_hook.STEPS
-READ_WEIGHTS = "TORCHMEM_PREFLIGHT_READ_WEIGHTS"  # weights_hook.READ_WEIGHTS
+WORLD = "TORCHMEM_PREFLIGHT_WORLD"
+STEPS = "TORCHMEM_PREFLIGHT_STEPS"
+READ_WEIGHTS = "TORCHMEM_PREFLIGHT_READ_WEIGHTS"
 _state: dict[str, Any] = {"written": False, "counts": {}, "sized": {}, "notes": [], "outcome": None}
 
 # Tensor methods whose result depends on values computed on the device.

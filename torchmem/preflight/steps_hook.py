@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-STEPS = "TORCHMEM_PREFLIGHT_STEPS"
-
 
 class StepCounter:
     """Counts optimizer steps and keeps each one's peaks; calls `stop` after the `limit`-th."""

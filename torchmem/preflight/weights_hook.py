@@ -25,8 +25,6 @@ import struct
 import sys
 from typing import Any
 
-READ_WEIGHTS = "TORCHMEM_PREFLIGHT_READ_WEIGHTS"
-
 # safetensors' dtype names, as torch's dtype attribute names.
 DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
           "I16": "int16", "I8": "int8", "U8": "uint8", "U16": "uint16", "U32": "uint32", "U64": "uint64",

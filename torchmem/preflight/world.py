@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from torchmem.fakegpu import interpreter_of
+from torchmem.preflight.hook import WORLD
 
-WORLD = "TORCHMEM_PREFLIGHT_WORLD"  # read by hook.py: the job's world size, when some ranks are not run
+# WORLD (hook.py): the job's world size, when some ranks are not run.
 DEFAULT_PER_NODE = 8                # ranks per node when neither torchrun nor the caller says
 
 # torchrun's options that take no value; every other option does (as `--name value` or `--name=value`).
