@@ -59,7 +59,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.fakegpu import FakeGPUError, card
-    from torchmem.preflight import OOM_EXIT, PreflightError, WorldError, parse_ranks, run_command
+    from torchmem.preflight import OOM_EXIT, PreflightError, WorldError, check_conf, parse_ranks, run_command
     from torchmem.traces import ArgumentError
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -71,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--card: {exc}") from None
     if args.devices > 64:
         raise ArgumentError(f"--devices must be 1 to 64, not {args.devices}")
-    if args.conf is not None and "policy:" in args.conf.replace(" ", ""):
-        raise ArgumentError(f"--conf {args.conf!r}: preflight runs PyTorch's own allocator, which takes "
-                            "PYTORCH_CUDA_ALLOC_CONF settings only")
+    try:
+        check_conf(args.conf)
+    except ValueError as exc:
+        raise ArgumentError(f"--{exc}") from None
     try:
         ranks = parse_ranks(args.ranks)
     except WorldError as exc:

@@ -38,8 +38,8 @@ from torchmem.preflight.hook import MAX_ENTRIES, OUT, OUTSIDE, READ_WEIGHTS, STE
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 
-__all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "World", "WorldError", "environment_for", "parse_ranks",
-           "plan", "run", "run_command", "verdict"]
+__all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "World", "WorldError", "check_conf", "environment_for",
+           "parse_ranks", "plan", "run", "run_command", "verdict"]
 
 STARTUP = Path(__file__).resolve().parent / "startup"
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,7 +190,8 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     return env
 
 
-def _check_conf(conf: str | None) -> None:
+def check_conf(conf: str | None) -> None:
+    """Refuses a conf that is not PyTorch's (torchmem's policy: settings), with one line."""
     if conf is None:
         return
     if not isinstance(conf, str):
@@ -230,7 +231,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
         raise ValueError("no command to run: give it after --, e.g. -- python train.py")
     shown = label or " ".join(command)
     chosen = parse_card(card)
-    _check_conf(conf)
+    check_conf(conf)
     world = plan(command, world_size, ranks) if world_size is not None else None
     run_as = list(world.command) if world else command
     devices = world.per_node if world else devices
