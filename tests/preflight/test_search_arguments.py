@@ -40,8 +40,8 @@ def test_the_table_says_when_a_card_takes_the_top_of_the_range_or_nothing():
     from torchmem.preflight.search import CardLimit, format_limits
 
     fit = CardFit("h100-sxm", 80 << 30, 79 << 30, True, 10 << 30, None)
-    limits = [CardLimit("h100-sxm", 64, fit, 590 << 20, None, None, False),
-              CardLimit("t4", None, None, 282 << 20, 1, None, False)]
+    limits = [CardLimit("h100-sxm", 64, fit, 590 << 20, None, None),
+              CardLimit("t4", None, None, 282 << 20, 1, None)]
     text = format_limits(limits, Space("B", 1, 64), 0.05, 3)
     assert "h100-sxm B=64: peak reserved 10.00 GiB + outside 590.00 MiB" in text
     assert "the top of the range: a larger B may fit too" in text

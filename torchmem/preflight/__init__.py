@@ -206,7 +206,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
                 max_entries: int | None = None, env: Mapping[str, str] | None = None,
                 capture_output: bool = False, timeout: float | None = None, label: str | None = None,
                 world_size: int | None = None, ranks: Sequence[int] = (0,), stdout_to_stderr: bool = False,
-                steps: int | None = None, read_weights: bool = False) -> Report:
+                steps: int | None = None, read_weights: bool = False, card_table: bool = True) -> Report:
     """Runs a command under preflight and reads what its processes wrote.
 
     With `world_size`, only `ranks` of a job of that many ranks run, one
@@ -217,6 +217,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     With `steps`, each process ends after its `steps`-th optimizer step, and
     each process's report holds every step's peaks (steps_hook.py).
     With `read_weights`, checkpoints are read whole, not as shapes alone.
+    Without `card_table`, the report has no catalog cards (`cards` is None).
 
     With `stdout_to_stderr` (and no `capture_output`), the command's standard
     output goes to this process's standard error, leaving standard output to
@@ -283,7 +284,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     from torchmem.preflight.report import warnings_for
 
     report.warnings = warnings_for(report)
-    _replays(report, advise)
+    _replays(report, advise, card_table)
     return report
 
 
@@ -308,10 +309,11 @@ def _read(folder: Path) -> list[dict[str, Any]]:
     return processes
 
 
-def _replays(report: Report, with_advise: bool) -> None:
+def _replays(report: Report, with_advise: bool, card_table: bool = True) -> None:
     """advise, and the catalog's cards (cards_table.py), on the device that ran out of memory, else the one that
     reserved the most."""
-    from torchmem.preflight.cards_table import card_fits, sized_sites
+    from torchmem.preflight.cards_table import card_fits
+    from torchmem.preflight.report import merged_sites
     from torchmem.replay import advise, load_trace
 
     candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
@@ -333,7 +335,8 @@ def _replays(report: Report, with_advise: bool) -> None:
         report.advice = advise(trace, report.card.usable)
     else:
         report.advice_missing = missing
-    report.cards = card_fits(trace, report.card, report.advice, bool(sized_sites(report)))
+    if card_table:
+        report.cards = card_fits(trace, report.card, report.advice, bool(merged_sites(report.processes, "sized")))
 
 
 _CHILD = """

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torchmem.fakegpu import Card
-    from torchmem.preflight import Report
 
 
 @dataclass(frozen=True)
@@ -118,14 +117,3 @@ def format_cards(rows: list[CardFit], process: str, device: int) -> list[str]:
     if any("guess" in r.marks for r in rows):
         lines.append("  guess: the replay chose between segments whose ages the snapshot lacks.")
     return lines
-
-
-def sized_sites(report: "Report") -> dict[str, dict[str, int]]:
-    """The lines that read the card's size, per call, over every process (Note [The script sized itself])."""
-    out: dict[str, dict[str, int]] = {}
-    for p in report.processes:
-        for what, sites in (p.get("sized") or {}).items():
-            mine = out.setdefault(what, {})
-            for site, n in sites.items():
-                mine[site] = mine.get(site, 0) + n
-    return out

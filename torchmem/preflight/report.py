@@ -37,16 +37,21 @@ def _site_list(sites: dict[str, int], limit: int = 3) -> str:
     return text + (f", {len(top) - limit} more places" if len(top) > limit else "")
 
 
+def merged_sites(processes: list[dict], key: str) -> dict[str, dict[str, int]]:
+    """A per-call count of the script's lines that made it (hook.py's "reads" or "sized"), over every process."""
+    out: dict[str, dict[str, int]] = {}
+    for p in processes:
+        for what, sites in (p.get(key) or {}).items():
+            mine = out.setdefault(what, {})
+            for site, n in sites.items():
+                mine[site] = mine.get(site, 0) + n
+    return out
+
+
 def warnings_for(report: "Report") -> list[str]:
     """Where the recorded run may differ from a real one."""
     out = [GARBAGE]
-    reads: dict[str, dict[str, int]] = {}
-    for p in report.processes:
-        for what, sites in (p.get("reads") or {}).items():
-            mine = reads.setdefault(what, {})
-            for site, n in sites.items():
-                mine[site] = mine.get(site, 0) + n
-    for what, sites in sorted(reads.items()):
+    for what, sites in sorted(merged_sites(report.processes, "reads").items()):
         total = sum(sites.values())
         if what in (".item()", ".tolist()", "bool()", "int()", "float()", "index()"):
             out.append(f"{what} read a CUDA tensor {total:,} time{'s' if total != 1 else ''} ({_site_list(sites)}): "

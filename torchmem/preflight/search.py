@@ -81,7 +81,11 @@ class CardLimit:
     outside: int                 # memory outside the allocator on that card
     next_value: int | None       # the value just above `largest` (None at the top of the range)
     next_setting: str | None     # advise's best setting that fits next_value on that card; None: none does
-    next_fits: bool              # whether one does
+
+    @property
+    def next_fits(self) -> bool:
+        """Whether some setting advise tried fits the next value up."""
+        return self.next_setting is not None
 
     def to_json(self) -> dict[str, Any]:
         return {"card": self.card, "largest": self.largest, "outside": self.outside,
@@ -150,14 +154,14 @@ def _next_values(open_intervals: set[tuple[int, int]], workers: int) -> set[int]
 def _run_probe(command: Sequence[str], space: Space, value: int, cards: list[Card], margin: float, steps: int,
                out: Path, env: Mapping[str, str] | None, conf: str | None) -> _Probe:
     from torchmem.preflight import PreflightError, run_command
-    from torchmem.preflight.cards_table import sized_sites
+    from torchmem.preflight.report import merged_sites
     from torchmem.replay import load_trace
 
     argv, extra = substitute(command, space, value)
     started = time.monotonic()
     try:
         report = run_command(argv, PROBE_CARD, out=out, advise=False, capture_output=True, steps=steps, conf=conf,
-                             env={**(env if env is not None else os.environ), **extra})
+                             env={**(env if env is not None else os.environ), **extra}, card_table=False)
     except PreflightError as exc:
         raise SearchError(f"{space.name}={value}: {exc}") from None
     if report.advised is None:
@@ -165,7 +169,7 @@ def _run_probe(command: Sequence[str], space: Space, value: int, cards: list[Car
     process, device = report.advised
     [chosen] = [d for d in report.devices if (d.process, d.device) == (process, device)]
     trace = load_trace(chosen.snapshot, device=device)
-    rows = card_fits(trace, parse_card(PROBE_CARD), None, bool(sized_sites(report)), cards, margin)
+    rows = card_fits(trace, parse_card(PROBE_CARD), None, bool(merged_sites(report.processes, "sized")), cards, margin)
     fits = {r.key: r for r in rows}
     if report.ooms:  # the probe itself ran out: no card fits this value
         fits = {k: CardFit(r.key, r.memory, r.usable, False, r.peak_reserved, None, r.marks) for k, r in fits.items()}
@@ -179,16 +183,15 @@ def _limit(card: Card, largest: int, probes: dict[int, _Probe], space: Space, ma
     key = card_label(card)
     found = largest if largest >= space.lo else None
     next_value = largest + 1 if largest < space.hi else None  # probed: the bisection ended between the two
-    setting, fits = None, False
+    setting = None
     if next_value is not None and next_value in probes:
         rows = advise(probes[next_value].trace, capacity_of(card, margin))
         best = next((r for r in rows if r.completes and r.policy == "native"),
                     next((r for r in rows if r.completes), None))
         if best is not None:
             setting = (as_pytorch_setting(best.conf) or "(defaults)") + (" [torchmem]" if best.policy == "stitch" else "")
-            fits = True
     return CardLimit(key, found, probes[found].fits[key] if found is not None else None, card.outside_bytes,
-                     next_value, setting, fits)
+                     next_value, setting)
 
 
 def format_limits(limits: list[CardLimit], space: Space, margin: float, steps: int) -> str:
