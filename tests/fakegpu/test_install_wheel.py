@@ -3,7 +3,7 @@
 replay`, `advise` and `preflight`. Preflight runs from the installed package alone: the wheel carries the fake
 GPU's set for its torch's CUDA major, no TORCHMEM_* variable is set, and the checkout is not in sight.
 
-One wheel per torch per session, built against .venv-cuda's torch and .venv's, with no CUDA toolkit in sight
+One venv at a time, with one wheel per torch, built against .venv-cuda's torch and .venv's, with no CUDA toolkit in sight
 (CUDA_HOME names no folder, no nvcc on PATH). setup.py keeps compiled objects per torch
 (build/<cpu|cuda>-<release>/temp), where `make test` already compiled them, so a wheel only links.
 The venvs are plain (`python -m venv`, no system site-packages); pip installs torch into them from this
@@ -34,9 +34,9 @@ INDEX = ["--isolated", "--cert", "/etc/ssl/certs/ca-certificates.crt"]
 NATIVE_OOM = ROOT / "tests" / "data" / "native" / "nesta_gitu.json.gz"  # a real GPU's snapshot, ending in an OOM
 MiB = 1 << 20
 GiB = 1 << 30
-# What the three venvs and wheels take at once (measured: the CUDA 13 venv 5.6 GB, the CUDA 12 one 4.6 GB,
-# the CPU one 0.8 GB).
-DISK_NEEDED = 13 * GiB
+# What one venv and its wheel take, with pip's download of torch 2.6.0 and its nvidia wheels (measured: the
+# CUDA 13 venv 5.6 GB, the CUDA 12 one 4.6 GB, the CPU one 0.8 GB). One venv is on disk at a time.
+DISK_NEEDED = 9 * GiB
 
 pytestmark = [
     pytest.mark.slow,
@@ -115,71 +115,44 @@ def fresh_venv(venv: Path, torch: str, flavour: str) -> None:
             f"torch=={torch}"], timeout=1200))
 
 
+def make_installed(flavour: str, tmp: Path) -> Installed:
+    """The venv of one flavour with its wheel installed; skips when this checkout has no source venv for it.
+    pip installs torch into the venv while the wheel is built (no CUDA toolkit in sight)."""
+    python = SOURCES[flavour]
+    if not python.exists():
+        pytest.skip(f"no {python.parent.parent.name} to build the {flavour} wheel with")
+    version, cuda = source_torch(python)
+    if cuda != flavour.startswith("cuda"):
+        pytest.skip(f"torch {version} in {python.parent.parent.name} is not a {flavour} build")
+    free = shutil.disk_usage(tmp).free
+    assert free >= DISK_NEEDED, (f"the {flavour} install test needs {DISK_NEEDED / GiB:.0f} GB free under {tmp}; "
+                                 f"{free / GiB:.1f} GB are")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        venv_made = pool.submit(fresh_venv, tmp / "venv", version, flavour)
+        ok(run(["make", "-s", "wheel", f"WHEEL_PYTHON={python}", f"WHEEL_DIR={tmp / 'dist'}"],
+               cwd=ROOT, timeout=1200, **NO_TOOLKIT))
+        venv_made.result()
+    (wheel,) = (tmp / "dist").glob("torchmem-*.whl")
+    # The wheel's own requirement must be met by the torch already there, or pip would look for another.
+    ok(run([tmp / "venv" / "bin" / "pip", "install", "-q", "--no-compile",
+            *(INDEX if flavour == "cuda12" else []), wheel], timeout=600))
+    return Installed(flavour, version, wheel, tmp / "venv")
+
+
 @pytest.fixture(scope="session")
-def venvs(tmp_path_factory) -> Iterator[dict[str, Installed | str]]:
-    """Per flavour, the venv with its wheel installed, or why there is none. pip installs torch into both
-    venvs side by side while the wheels are built in turn (both builds write the checkout's egg-info).
-    The venvs are removed at the end (the CUDA one holds about 6 GB)."""
-    made: list[Path] = []
+def venv(request, tmp_path_factory) -> Iterator[Installed]:
+    """The installed venv of the flavour a test names (indirect parametrization). Session-scoped and
+    parametrized, so pytest runs each flavour's tests together and removes a venv before it makes the next:
+    one venv is on disk at a time."""
+    tmp = tmp_path_factory.mktemp(f"wheel-{request.param}")
     try:
-        yield make_venvs(tmp_path_factory, made)
+        yield make_installed(request.param, tmp)
     finally:
-        for venv in made:
-            shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def make_venvs(tmp_path_factory, made: list[Path]) -> dict[str, Installed | str]:
-    """venvs' work; each venv started is listed in `made`."""
-    found: dict[str, Installed | str] = {}
-    free = shutil.disk_usage(tmp_path_factory.getbasetemp()).free
-    assert free >= DISK_NEEDED, (f"the install tests need {DISK_NEEDED / GiB:.0f} GB free under "
-                                 f"{tmp_path_factory.getbasetemp()}; {free / GiB:.1f} GB are")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        pending = {}
-        for flavour, python in SOURCES.items():
-            if not python.exists():
-                found[flavour] = f"no {python.parent.parent.name} to build the {flavour} wheel with"
-                continue
-            version, cuda = source_torch(python)
-            if cuda != flavour.startswith("cuda"):
-                found[flavour] = f"torch {version} in {python.parent.parent.name} is not a {flavour} build"
-                continue
-            tmp = tmp_path_factory.mktemp(f"wheel-{flavour}")
-            made.append(tmp / "venv")
-            pending[flavour] = (version, tmp, pool.submit(fresh_venv, tmp / "venv", version, flavour))
-        for flavour, (version, tmp, _) in pending.items():
-            ok(run(["make", "-s", "wheel", f"WHEEL_PYTHON={SOURCES[flavour]}", f"WHEEL_DIR={tmp / 'dist'}"],
-                   cwd=ROOT, timeout=1200, **NO_TOOLKIT))
-        for flavour, (version, tmp, venv_made) in pending.items():
-            venv_made.result()
-            (wheel,) = (tmp / "dist").glob("torchmem-*.whl")
-            # The wheel's own requirement must be met by the torch already there, or pip would look for another.
-            ok(run([tmp / "venv" / "bin" / "pip", "install", "-q", "--no-compile",
-                    *(INDEX if flavour == "cuda12" else []), wheel], timeout=600))
-            found[flavour] = Installed(flavour, version, wheel, tmp / "venv")
-    return found
-
-
-def installed(venvs: dict[str, Installed | str], flavour: str) -> Installed:
-    got = venvs[flavour]
-    if isinstance(got, str):
-        pytest.skip(got)
-    return got
-
-
-@pytest.fixture
-def cuda_venv(venvs) -> Installed:
-    return installed(venvs, "cuda")
-
-
-@pytest.fixture
-def cuda12_venv(venvs) -> Installed:
-    return installed(venvs, "cuda12")
-
-
-@pytest.fixture
-def cpu_venv(venvs) -> Installed:
-    return installed(venvs, "cpu")
+def flavours(*names: str):
+    return pytest.mark.parametrize("venv", names, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -222,9 +195,9 @@ def check_replay_and_advise(venv: Installed, snapshot: Path, oom_size: int) -> d
     return recorded[0]
 
 
-@pytest.mark.parametrize("flavour", ["cuda", "cuda12", "cpu"])
-def test_the_wheel_requires_the_torch_it_was_built_against(flavour, request):
-    venv: Installed = request.getfixturevalue(f"{flavour}_venv")
+@flavours("cuda", "cuda12", "cpu")
+def test_the_wheel_requires_the_torch_it_was_built_against(venv: Installed):
+    flavour = venv.flavour
     assert f"torch=={venv.torch}" in requirements(venv.wheel)
     found = imported(venv)
     assert Path(found["torchmem"]).is_relative_to(venv.venv)  # the wheel's, not the checkout's
@@ -234,27 +207,29 @@ def test_the_wheel_requires_the_torch_it_was_built_against(flavour, request):
     assert found["glue"] == (flavour == "cuda")
 
 
-def test_cuda_wheel_swaps_the_allocator_on_the_fake_gpu(cuda_venv):
+@flavours("cuda")
+def test_cuda_wheel_swaps_the_allocator_on_the_fake_gpu(venv: Installed):
     code = ("import json, torch, torchmem; torchmem.install(); x = torch.empty(5 << 20, dtype=torch.uint8, "
             "device='cuda'); print(json.dumps([torch.cuda.memory.get_allocator_backend(), "
             "torch.cuda.memory_allocated(), torchmem.memory_allocated()]))")
-    proc = ok(run([cuda_venv.python, "-m", "torchmem.fakegpu", "--", cuda_venv.python, "-c", code],
-                  cwd=cuda_venv.venv))
+    proc = ok(run([venv.python, "-m", "torchmem.fakegpu", "--", venv.python, "-c", code],
+                  cwd=venv.venv))
     assert json.loads(proc.stdout.splitlines()[-1]) == ["torchmem", 5 * MiB, 5 * MiB]
 
 
-def test_cuda_wheel_preflight_then_replay_and_advise_its_snapshot(cuda_venv, tmp_path):
+@flavours("cuda")
+def test_cuda_wheel_preflight_then_replay_and_advise_its_snapshot(venv: Installed, tmp_path):
     script = tmp_path / "oom.py"
     script.write_text(OOM_SCRIPT)
     out = tmp_path / "out"
-    proc = cuda_venv.torchmem("preflight", "--card", "1GiB", "--json", "--no-advise", "--out", str(out), "--",
-                              str(cuda_venv.python), str(script))
+    proc = venv.torchmem("preflight", "--card", "1GiB", "--json", "--no-advise", "--out", str(out), "--",
+                              str(venv.python), str(script))
     assert proc.returncode == 3, proc.stderr[-3000:]  # 3: ran out of memory
     report = json.loads(proc.stdout)
     (device,) = report["devices"]
     assert report["fits"] is False
     assert device["peak_allocated"] == 3 * BLOCK and device["num_ooms"] == 1
-    recorded = check_replay_and_advise(cuda_venv, Path(device["snapshot"]), BLOCK)
+    recorded = check_replay_and_advise(venv, Path(device["snapshot"]), BLOCK)
     assert recorded["min_capacity"] == 4 * BLOCK  # all four blocks at once, to 2 MiB
 
 
@@ -274,9 +249,8 @@ assert state["exp_avg"].is_cuda and state["exp_avg_sq"].is_cuda
 """
 
 
-@pytest.mark.parametrize("flavour", ["cuda", "cuda12"])
-def test_preflight_runs_a_training_script_from_the_installed_package_alone(flavour, request, tmp_path):
-    venv: Installed = request.getfixturevalue(f"{flavour}_venv")
+@flavours("cuda", "cuda12")
+def test_preflight_runs_a_training_script_from_the_installed_package_alone(venv: Installed, tmp_path):
     where = ok(run([venv.python, "-c", "from torchmem import fakegpu; print(fakegpu.library_dir())"], cwd=venv.venv))
     assert Path(where.stdout.strip()).is_relative_to(venv.venv)  # the package's own set, not the checkout's
     script = tmp_path / "train.py"
@@ -292,14 +266,16 @@ def test_preflight_runs_a_training_script_from_the_installed_package_alone(flavo
     assert report["advice"], "advise's table is in the report"
 
 
-def test_cpu_wheel_replays_and_advises_a_real_gpus_snapshot(cpu_venv, native_oom):
-    check_replay_and_advise(cpu_venv, *native_oom)
+@flavours("cpu")
+def test_cpu_wheel_replays_and_advises_a_real_gpus_snapshot(venv: Installed, native_oom):
+    check_replay_and_advise(venv, *native_oom)
 
 
-def test_cpu_wheel_preflight_says_in_one_line_that_torch_has_no_cuda(cpu_venv, tmp_path):
+@flavours("cpu")
+def test_cpu_wheel_preflight_says_in_one_line_that_torch_has_no_cuda(venv: Installed, tmp_path):
     script = tmp_path / "oom.py"
     script.write_text(OOM_SCRIPT)
-    proc = cpu_venv.torchmem("preflight", "--card", "1GiB", "--", str(cpu_venv.python), str(script))
+    proc = venv.torchmem("preflight", "--card", "1GiB", "--", str(venv.python), str(script))
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("torchmem preflight: error:"), proc.stderr
