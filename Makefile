@@ -96,7 +96,7 @@ FAKEGPU_NO_GLUE := $(if $(filter 2.0.% 2.1.% 2.2.% 2.3.% 2.4.% 2.5.% 2.6.% 2.7.%
 $(CUDA_BUILD)/.built: $(CUDA_VENV)/.deps $(SOURCES)
 	$(FAKEGPU_NO_GLUE) CUDA_HOME=$(CUDA_HOME) TORCH_CUDA_ARCH_LIST=9.0 $(CUDA_PY) setup.py -q build_ext \
 	  --build-temp $(CUDA_BUILD)/temp --build-lib $(CUDA_BUILD)/lib
-	$(CUDA_PY) -c "import glob, sys; sys.exit(0 if glob.glob('$(CUDA_BUILD)/lib/torchmem/_C*.so') else 'no extension built in $(CUDA_BUILD)')"
+	$(CUDA_PY) -c "import glob, sys; sys.exit(0 if all(glob.glob('$(CUDA_BUILD)/lib/torchmem/' + n + '*.so') for n in ('_C', '_core')) else 'no extensions built in $(CUDA_BUILD)')"
 	touch $@
 
 fakegpu-ext: $(CUDA_BUILD)/.built

@@ -2,8 +2,10 @@
 
     pip install --no-build-isolation .          # or a git URL in place of "."
 
-The extension links that torch's libraries, so it must be built with that very
-torch. pyproject.toml therefore lists no torch among its build requirements: a
+Two extensions: torchmem._core (the C++ core and its bindings) links no torch,
+so the command line's file tools run without importing it; torchmem._C (the
+glue that swaps PyTorch's allocators) links that torch's libraries and _core.
+_C must be built with that very torch. pyproject.toml therefore lists no torch among its build requirements: a
 build under pip's build isolation sees no torch and stops at once, saying what
 to type. The package's metadata pins the torch it was built against.
 
@@ -31,12 +33,13 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple, NoReturn
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build import build
 
 ROOT = Path(__file__).resolve().parent
@@ -299,6 +302,11 @@ def one_unit(files: list[str], path: str) -> str:
     return path
 
 
+def core_file() -> str:
+    """torchmem._core's file name (_core.cpython-311-x86_64-linux-gnu.so): its soname too."""
+    return "_core" + sysconfig.get_config_var("EXT_SUFFIX")
+
+
 def commands(torch: ModuleType, cpp_extension: ModuleType, folder: str) -> dict[str, type]:
     """setuptools' build and build_ext, with their default folders under `folder` (see the module's docstring)."""
 
@@ -325,6 +333,11 @@ def commands(torch: ModuleType, cpp_extension: ModuleType, folder: str) -> dict[
                 self.build_temp = os.path.join(folder, "temp")
             super().finalize_options()
 
+        def build_extension(self, ext) -> None:
+            if ext.name == "torchmem._C":  # links the _core built just before it
+                ext.extra_objects = [self.get_ext_fullpath("torchmem._core")]
+            super().build_extension(ext)
+
         def run(self) -> None:
             super().run()
             build_fakegpu(torch, cpp_extension, self.build_temp,
@@ -339,24 +352,37 @@ def main() -> None:
     if cuda:
         print(f"torchmem: building the CUDA glue against torch {torch.__version__} with CUDA headers from "
               f"{cuda.origin}", file=sys.stderr)
-    core = sources("csrc/core/**/*.cpp")
+    build = build_dir(torch, cuda)
+    glue_bindings = [f"csrc/bindings/{name}.cpp" for name in ("module", "cpu_install_bindings", "oom_bindings",
+                                                              "cuda_bindings")]
+    core_bindings = [f for f in sources("csrc/bindings/*.cpp") if f not in glue_bindings]
     cpu_glue = sources("csrc/torch/cpu_*.cpp")
-    bindings = [one_unit(sources("csrc/bindings/*.cpp"), os.path.join(build_dir(torch, cuda), "bindings.cpp"))]
     cuda_glue = sources("csrc/cuda/*.cpp") + sources("csrc/torch/cuda_*.cpp") if cuda else []
 
-    # No -std flag: torch.utils.cpp_extension picks the standard the installed
-    # torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and
-    # compiles under both.
-    extension = cpp_extension.CppExtension(
+    # torchmem._core: the core and its bindings, with pybind11's headers from torch's include folder and no
+    # torch library, so the command line's tools load it without torch. Its symbols stay visible (no
+    # -fvisibility=hidden; pybind11's own are hidden by its headers), and its soname is its file's name,
+    # so _C links against it and finds it beside itself.
+    core = Extension(
+        name="torchmem._core",
+        sources=sources("csrc/core/**/*.cpp") + [one_unit(core_bindings, os.path.join(build, "core_bindings.cpp"))],
+        include_dirs=[str(ROOT / "csrc"), *cpp_extension.include_paths()[:1]],
+        extra_compile_args=["-O2", "-g0"],
+        extra_link_args=[f"-Wl,-soname,{core_file()}"],
+    )
+    # torchmem._C: the glue that needs torch. No -std flag: torch.utils.cpp_extension picks the standard the
+    # installed torch needs (C++17 up to 2.13, C++20 from 2.14); the core is C++17 and compiles under both.
+    glue = cpp_extension.CppExtension(
         name="torchmem._C",
-        sources=core + cpu_glue + cuda_glue + bindings,
+        sources=cpu_glue + cuda_glue + [one_unit([f for f in glue_bindings if cuda or "cuda" not in f],
+                                                 os.path.join(build, "glue_bindings.cpp"))],
         include_dirs=[str(ROOT / "csrc"), *(cuda.include_dirs if cuda else [])],
         # -g0 drops the -g that Python's own flags add: a quarter of the compile time (11.2 s against 8.8 s
         # of CPU for csrc/bindings/module.cpp), and a wheel without debug information.
         extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
         define_macros=[("TORCHMEM_WITH_CUDA", "1")] if cuda else [],
         libraries=["c10_cuda", "torch_cuda"] if cuda else [],
-        extra_link_args=[cuda.library] if cuda else [],
+        extra_link_args=[*([cuda.library] if cuda else []), "-Wl,-rpath,$ORIGIN"],
     )
 
     setup(
@@ -369,8 +395,8 @@ def main() -> None:
         python_requires=">=3.10",
         install_requires=[torch_requirement(torch), "numpy", "tqdm"],
         extras_require={"plot": ["matplotlib"]},
-        ext_modules=[extension],
-        cmdclass=commands(torch, cpp_extension, build_dir(torch, cuda)),
+        ext_modules=[core, glue],  # in this order: _C links the _core just built
+        cmdclass=commands(torch, cpp_extension, build),
         entry_points={"console_scripts": ["torchmem=torchmem.__main__:main"]},
     )
 

@@ -33,12 +33,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def generate(path: str, entries: int, frames: int, seed: int = 0) -> dict:
-    from torchmem import _C
-    from torchmem.snapshot import build_snapshot
+    from torchmem import _core
+    from torchmem.snapshot_format import build_snapshot
 
     rng = random.Random(seed)
-    a = _C.CachingAllocator(_C.SimDevice(80 << 30), "")
-    _C.enable_history(a, entries + 10)
+    a = _core.CachingAllocator(_core.SimDevice(80 << 30), "")
+    _core.enable_history(a, entries + 10)
     keep = [a.allocate(rng.choice([4 << 20, 16 << 20, 64 << 20])) for _ in range(200)]
     made = len(keep)
     while made * 3 < entries + 1000:  # three entries a tensor, and some segment entries: then trimmed
@@ -46,7 +46,7 @@ def generate(path: str, entries: int, frames: int, seed: int = 0) -> dict:
         made += len(acts)
         for p in reversed(acts):
             a.deallocate(p)
-    history = _C.history_entries(a)  # the ring keeps the last `entries + 10`; trim to exactly `entries`
+    history = _core.history_entries(a)  # the ring keeps the last `entries + 10`; trim to exactly `entries`
     history = history[len(history) - entries:] if len(history) > entries else history
     snap = build_snapshot(a.segments(), history)
     shared = [{"name": f"function_{i}", "filename": f"/src/model/layer_{i % 37}.py", "line": 10 + i % 400}

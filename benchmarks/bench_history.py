@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import torchmem  # noqa: E402
-from torchmem import _C  # noqa: E402
+from torchmem import _core  # noqa: E402
 
 MODES = ("off", "on", "python stacks")
 
@@ -49,19 +49,19 @@ def cpu_ns(fn) -> int:
 
 def set_mode(allocator, mode: str, max_entries: int) -> None:
     if mode == "off":
-        _C.enable_history(allocator, 0)
+        _core.enable_history(allocator, 0)
     else:
-        _C.enable_history(allocator, max_entries, _C.StackTable() if mode == "python stacks" else None)
+        _core.enable_history(allocator, max_entries, _core.StackTable() if mode == "python stacks" else None)
 
 
 def bench_allocator(size: int, pairs: int, repeats: int, depth: int, max_entries: int) -> dict:
-    a = _C.CachingAllocator(_C.HostDevice(), "")
+    a = _core.CachingAllocator(_core.HostDevice(), "")
     samples = {m: [] for m in MODES}
     for _ in range(repeats):  # modes interleaved so that drift hits all alike
         for mode in MODES:
             set_mode(a, mode, max_entries)
-            samples[mode].append(nested(depth, lambda: cpu_ns(lambda: _C.time_malloc_free(a, size, pairs)) / pairs))
-    _C.enable_history(a, 0)
+            samples[mode].append(nested(depth, lambda: cpu_ns(lambda: _core.time_malloc_free(a, size, pairs)) / pairs))
+    _core.enable_history(a, 0)
     return {m: statistics.median(v) for m, v in samples.items()}
 
 
@@ -81,7 +81,7 @@ def bench_torch(numel: int, pairs: int, repeats: int, depth: int, max_entries: i
         for mode in MODES:
             set_mode(a, mode, max_entries)
             samples[mode].append(nested(depth, loop))
-    _C.enable_history(a, 0)
+    _core.enable_history(a, 0)
     return {m: statistics.median(v) for m, v in samples.items()}
 
 

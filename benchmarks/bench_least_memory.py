@@ -58,14 +58,14 @@ RECORDER = r"""
 import json, sys
 import torch
 import torchmem
-from torchmem import _C
+from torchmem import _core
 
 name, path = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
 torch.set_num_threads(2)
 torchmem.install()
 allocator = torchmem.caching_allocator()
-_C.enable_history(allocator, 1 << 24)
+_core.enable_history(allocator, 1 << 24)
 
 def adamw(params):
     return torch.optim.AdamW(params, lr=1e-4)
@@ -118,8 +118,8 @@ elif name == "t5_small_train":
 else:
     raise SystemExit(f"unknown model {name}")
 
-entries = _C.history_entries(allocator)
-_C.enable_history(allocator, 0)
+entries = _core.history_entries(allocator)
+_core.enable_history(allocator, 0)
 ids, next_id, n = {}, 0, 0
 with open(path, "w") as f:
     for e in entries:

@@ -26,14 +26,14 @@ import time
 
 import torch
 
-from torchmem import _C
+from torchmem import _core
 from torchmem import replay as sim
 from torchmem.replay import advise
-from torchmem.snapshot import build_snapshot
+from torchmem.snapshot_format import build_snapshot
 
 
 def write_snapshot(path: str, entries: int) -> int:
-    allocator = _C.CachingAllocator(_C.SimDevice(64 << 30), "")
+    allocator = _core.CachingAllocator(_core.SimDevice(64 << 30), "")
     allocator.enable_history(1 << 22)
     rng = random.Random(0)
     live, ptrs, next_id = [], {}, 0

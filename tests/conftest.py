@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from torchmem import _C
+from torchmem import _core
 
 # The one subprocess runner (tests/support/subprocess_runner.py), for every test: from conftest import run_python, ...
 from tests.support.subprocess_runner import (  # noqa: F401
@@ -14,9 +14,9 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 
-def sim_allocator(capacity: int = 80 * GiB, conf: str = "") -> "_C.CachingAllocator":
+def sim_allocator(capacity: int = 80 * GiB, conf: str = "") -> "_core.CachingAllocator":
     """A caching allocator on a simulated device of `capacity` bytes."""
-    return _C.CachingAllocator(_C.SimDevice(capacity), conf)
+    return _core.CachingAllocator(_core.SimDevice(capacity), conf)
 
 
 def block_of(allocator, addr: int) -> dict:

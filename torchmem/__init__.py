@@ -12,34 +12,83 @@ and the functions below mirror ``torch.cuda.memory``: ``memory_stats()``,
 is raised, for ``torchmem replay`` and ``torchmem advise`` (docs/oom.md).
 """
 import os as _os
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING, Any
 
 if _os.environ.get("TORCHMEM_EXT_DIR"):
-    # The extension built for another torch (the fake-GPU tier's CUDA build,
-    # `make test-fakegpu`) loaded from that folder in place of the in-tree one.
-    from torchmem._extension import load_extension_from
+    # The extensions built for another torch (the fake-GPU tier's CUDA build, `make test-fakegpu`) are found
+    # in that folder before the in-tree ones: `torchmem._core` and `torchmem._C` import from there.
+    from torchmem._extension import prefer_extensions_in
 
-    load_extension_from(_os.environ["TORCHMEM_EXT_DIR"])
+    prefer_extensions_in(__path__, _os.environ["TORCHMEM_EXT_DIR"])
 
-from torchmem._install import install, installed, uninstall
-from torchmem.memory import (
-    caching_allocator,
-    empty_cache,
-    max_memory_allocated,
-    max_memory_reserved,
-    memory_allocated,
-    memory_reserved,
-    memory_stats,
-    reset_accumulated_memory_stats,
-    reset_peak_memory_stats,
-    set_per_process_memory_fraction,
-)
-from torchmem.summary import memory_summary
-from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history, snapshot_from_replay
-from torchmem.arena import Arena, ArenaEscapeError, arena
-from torchmem.paged import OutOfBlocksError, PagedKVCache
-from torchmem.planned import forget, fragmentation_watch, planned, planned_step
-from torchmem.compact import CompactReport, compact
-from torchmem.oom import dump_on_oom
+# The user's names, each imported from its module on first use (PEP 562), so `import torchmem` and the
+# command line's tools import no torch; the runtime's modules import it.
+_HOMES = {
+    "torchmem._install": ("install", "installed", "uninstall"),
+    "torchmem.memory": ("caching_allocator", "empty_cache", "max_memory_allocated", "max_memory_reserved",
+                        "memory_allocated", "memory_reserved", "memory_stats", "reset_accumulated_memory_stats",
+                        "reset_peak_memory_stats", "set_per_process_memory_fraction"),
+    "torchmem.summary": ("memory_summary",),
+    "torchmem.snapshot": ("dump_snapshot", "memory_snapshot", "record_memory_history"),
+    "torchmem.snapshot_format": ("snapshot_from_replay",),
+    "torchmem.arena": ("Arena", "ArenaEscapeError", "arena"),
+    "torchmem.paged": ("OutOfBlocksError", "PagedKVCache"),
+    "torchmem.planned": ("forget", "fragmentation_watch", "planned", "planned_step"),
+    "torchmem.compact": ("CompactReport", "compact"),
+    "torchmem.oom": ("dump_on_oom",),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+if TYPE_CHECKING:
+    from torchmem._install import install, installed, uninstall
+    from torchmem.arena import Arena, ArenaEscapeError, arena
+    from torchmem.compact import CompactReport, compact
+    from torchmem.memory import (caching_allocator, empty_cache, max_memory_allocated, max_memory_reserved,
+                                 memory_allocated, memory_reserved, memory_stats, reset_accumulated_memory_stats,
+                                 reset_peak_memory_stats, set_per_process_memory_fraction)
+    from torchmem.oom import dump_on_oom
+    from torchmem.paged import OutOfBlocksError, PagedKVCache
+    from torchmem.planned import forget, fragmentation_watch, planned, planned_step
+    from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history
+    from torchmem.snapshot_format import snapshot_from_replay
+    from torchmem.summary import memory_summary
+
+
+# Three names are both a module and the function in it (torchmem.arena.arena, .planned.planned,
+# .compact.compact). Importing such a module would set the package's attribute to the module; the face keeps
+# the name for the function, as an eager `from torchmem.arena import arena` did. The modules stay in
+# sys.modules, so `from torchmem.arena import Arena` is unchanged.
+_FUNCTION_NAMES = frozenset({"arena", "planned", "compact"})
+
+
+class _Face(_types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _FUNCTION_NAMES and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Face
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchmem' has no attribute {name!r}")
+    import importlib
+
+    if module == "torchmem._install":
+        importlib.import_module("torchmem.oom")  # registers install(dump_on_oom=...)'s hook, as devices.py says
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME_OF))
+
 
 __version__ = "0.1.0"
 

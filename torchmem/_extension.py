@@ -1,32 +1,25 @@
-"""Loading torchmem._C from a folder other than the package's own.
+"""Loading torchmem's extensions from a folder other than the package's own.
 
-The fake-GPU tier builds the extension against a CUDA build of torch into
-build/cuda-lib (the in-tree torchmem/_C*.so is the CPU tier's); setting
-TORCHMEM_EXT_DIR to the folder that holds it makes `import torchmem` use it.
+The fake-GPU tier builds them against a CUDA build of torch into
+build/cuda-<release>/lib/torchmem (the in-tree torchmem/_core*.so and _C*.so
+are the CPU tier's); setting TORCHMEM_EXT_DIR to that folder makes
+`torchmem._core` and `torchmem._C` import from there. Both come from the same
+folder: _C links the _core beside it, and a process holds one _core.
 """
 from __future__ import annotations
 
+import glob
 import importlib.machinery
-import importlib.util
 import os
-import sys
 
 
-def load_extension_from(folder: str) -> None:
-    """Imports torchmem._C from `folder`; ImportError naming the folder when it is not there."""
-    import torch  # noqa: F401  (loads libtorch, which the extension links against)
-
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = os.path.join(folder, "_C" + suffix)
-        if os.path.isfile(path):
-            spec = importlib.util.spec_from_file_location("torchmem._C", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["torchmem._C"] = module
-            spec.loader.exec_module(module)
-            package = sys.modules.get("torchmem")
-            if package is not None:
-                package._C = module  # type: ignore[attr-defined]  # `torchmem._C` as an attribute, as an import sets it
-            return
-    raise ImportError(f"TORCHMEM_EXT_DIR={folder}: no torchmem extension (_C{importlib.machinery.EXTENSION_SUFFIXES[0]}) "
-                      "there; build it with `make fakegpu-ext`, or unset TORCHMEM_EXT_DIR")
+def prefer_extensions_in(package_path: list[str], folder: str) -> None:
+    """Puts `folder` first on the package's search path; ImportError naming the folder when it holds no
+    torchmem extension. Only compiled files are there, so the package's Python modules still come from the
+    package (a folder there, such as fakegpu/ with the fake GPU's libraries, is no package: no __init__.py)."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    if not glob.glob(os.path.join(glob.escape(folder), "_core" + suffix)):
+        raise ImportError(f"TORCHMEM_EXT_DIR={folder}: no torchmem extension (_core{suffix}) there; build it "
+                          "with `make fakegpu-ext`, or unset TORCHMEM_EXT_DIR")
+    if folder not in package_path:
+        package_path.insert(0, folder)

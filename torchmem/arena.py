@@ -1,4 +1,4 @@
-"""Per-step scratch memory: a bump-pointer arena (``torchmem._C.Arena``).
+"""Per-step scratch memory: a bump-pointer arena (``torchmem._core.Arena``).
 
     torchmem.install()
     scratch = torchmem.Arena(256 << 20)        # one region, taken once
@@ -50,7 +50,7 @@ from typing import Iterator
 
 import torch
 
-from torchmem import _C, devices
+from torchmem import _C, _core, devices
 
 __all__ = ["Arena", "ArenaEscapeError", "arena"]
 
@@ -81,10 +81,10 @@ def _on_cuda(device) -> bool:
 
 
 def _make_device(device, capacity: int):
-    if isinstance(device, _C.Device):
+    if isinstance(device, _core.Device):
         return device
     if device == "sim":
-        return _C.SimDevice(capacity)
+        return _core.SimDevice(capacity)
     if device is not None and not isinstance(device, (str, torch.device)):
         raise TypeError(f"torchmem.Arena: unsupported device {device!r}")
     try:
@@ -94,12 +94,12 @@ def _make_device(device, capacity: int):
     if name != "cpu":
         raise ValueError(f"torchmem.Arena: device must be 'cpu', 'cuda', 'cuda:N', 'sim' or a torchmem device, "
                          f"got {device!r}")
-    return _C.HostDevice(0)
+    return _core.HostDevice(0)
 
 
 def _make_fallback(fallback, caching):
     """The allocator serving requests beyond the region; `caching` is the device's caching allocator."""
-    if fallback is None or isinstance(fallback, _C.Allocator):
+    if fallback is None or isinstance(fallback, _core.Allocator):
         return fallback
     if fallback == "caching":
         if caching is None:
@@ -108,7 +108,7 @@ def _make_fallback(fallback, caching):
     raise ValueError(f"torchmem.Arena: fallback must be None, 'caching' or a torchmem allocator, got {fallback!r}")
 
 
-def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, _C.Arena]":
+def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, _core.Arena]":
     from torchmem import cuda as tmcuda
 
     tmcuda._require_glue()  # CUDANotBuiltError without the CUDA part
@@ -118,7 +118,7 @@ def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, 
     index = tmcuda._index(device)
     caching = tmcuda.caching_allocator(index)
     stream = torch.cuda.current_stream(index).cuda_stream
-    return index, _C.Arena.over(caching, capacity, alignment, _make_fallback(fallback, caching), stream, caching)
+    return index, _core.Arena.over(caching, capacity, alignment, _make_fallback(fallback, caching), stream, caching)
 
 
 class Arena:
@@ -136,7 +136,7 @@ class Arena:
         alignment: default alignment of allocations (a power of two >= 64).
         fallback: None (a full arena raises), "caching" (torchmem's caching
             allocator of the device serves what does not fit), or a
-            ``torchmem._C.Allocator``.
+            ``torchmem._core.Allocator``.
     """
 
     def __init__(self, capacity: int, device=None, *, alignment: int = 64, fallback=None):
@@ -147,7 +147,7 @@ class Arena:
         else:
             self._device = _make_device(device, capacity)
             caching = devices.caching_allocator("cpu") if isinstance(fallback, str) else None
-            self._impl = _C.Arena(self._device, capacity, alignment, _make_fallback(fallback, caching))
+            self._impl = _core.Arena(self._device, capacity, alignment, _make_fallback(fallback, caching))
         self.escaped = 0       # live allocations when the last block ended
         self.last_block: dict = {}
         self._scopes: list = []
@@ -181,8 +181,8 @@ class Arena:
         return self._impl.stream
 
     @property
-    def handle(self) -> "_C.Arena":
-        """The C++ arena (a ``torchmem._C.Allocator``)."""
+    def handle(self) -> "_core.Arena":
+        """The C++ arena (a ``torchmem._core.Allocator``)."""
         return self._impl
 
     def stats(self) -> dict:
@@ -322,16 +322,16 @@ def conformance_factories() -> dict:
     (tests/allocator/test_conformance.py): name -> factory() -> (allocator, host_backed)."""
 
     def sim():
-        return _C.Arena(_C.SimDevice(64 << 30), 64 << 30), False
+        return _core.Arena(_core.SimDevice(64 << 30), 64 << 30), False
 
     def host_with_fallback():
         # A small region: most of the suite's requests overflow into the caching allocator.
-        caching = _C.CachingAllocator(_C.HostDevice(0), "")
-        return _C.Arena(_C.HostDevice(0), 64 << 20, 64, caching), True
+        caching = _core.CachingAllocator(_core.HostDevice(0), "")
+        return _core.Arena(_core.HostDevice(0), 64 << 20, 64, caching), True
 
     def over_caching():
         # The CUDA arena's shape on host memory: the region is one block of a caching allocator.
-        caching = _C.CachingAllocator(_C.HostDevice(0), "")
-        return _C.Arena.over(caching, 64 << 20, 64, caching, 0, caching), True
+        caching = _core.CachingAllocator(_core.HostDevice(0), "")
+        return _core.Arena.over(caching, 64 << 20, 64, caching, 0, caching), True
 
     return {"arena-sim": sim, "arena-host-fallback": host_with_fallback, "arena-over-caching": over_caching}

@@ -16,7 +16,7 @@ The simulated device (torchmem.replay) and CUDA keep the native policy.
 """
 from __future__ import annotations
 
-from torchmem import _C
+from torchmem import _core
 
 CPU_DEFAULTS = "reuse_order:recent,min_block_size:64"
 
@@ -29,4 +29,4 @@ def with_cpu_defaults(conf: str) -> str:
     """
     if not isinstance(conf, str):
         raise TypeError(f"conf must be a string like 'max_split_size_mb:128', not {type(conf).__name__}")
-    return _C.parse_config(CPU_DEFAULTS + ("," + conf if conf.strip() else ""))
+    return _core.parse_config(CPU_DEFAULTS + ("," + conf if conf.strip() else ""))

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from torchmem import _C
+from torchmem import _C, _core
 from torchmem.devices import ENV_CONF, cuda_glue_built, cuda_index
 from torchmem.pytorch_env import conf_items, cuda_conf_vars, cuda_pytorch_conf
 from torchmem.devices import cuda_installed as installed  # noqa: F401  (torchmem.cuda.installed())
@@ -81,7 +81,7 @@ def install_cuda(kind: str = "caching", conf: str | None = None) -> None:
     given = cuda_settings(conf)
     if native_reuse_order() == "segment" and "reuse_order" not in given:
         given = "reuse_order:segment" + ("," + given if given else "")
-    resolved = _C.parse_config(given)
+    resolved = _core.parse_config(given)
     _require_glue()
     if torch.cuda.is_initialized() and not _C.cuda_installed():
         raise CUDAAlreadyInitializedError(ALREADY_INITIALIZED)
@@ -175,7 +175,7 @@ def _checked(text: str, source: str, from_pytorch: bool) -> str:
     for item in items:
         key = item.partition(":")[0].strip()
         try:
-            _C.parse_config(item)
+            _core.parse_config(item)
         except ValueError as exc:
             message = str(exc)
             if from_pytorch and "unknown key" in message:
@@ -194,7 +194,7 @@ def _checked(text: str, source: str, from_pytorch: bool) -> str:
         _say_once(f"named {source}={text}",
                   f"torchmem.install(): {source}: not honoured by torchmem's CUDA allocator: " + "; ".join(named))
     try:
-        _C.parse_config(",".join(kept))  # keys that bound each other (max_split_size_mb, large_segment_size_mb)
+        _core.parse_config(",".join(kept))  # keys that bound each other (max_split_size_mb, large_segment_size_mb)
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
     return ",".join(kept)
@@ -227,7 +227,7 @@ def _index(device: Any) -> int:
     return torch.cuda.current_device() if device is None else cuda_index(device)
 
 
-def caching_allocator(device: Any = None) -> "_C.CachingAllocator":
+def caching_allocator(device: Any = None) -> "_core.CachingAllocator":
     """The caching allocator behind a GPU's default pool (its stats, segments, history)."""
     _require_glue()
     return _C.cuda_caching_allocator(_index(device))

@@ -27,8 +27,7 @@ from typing import Any, Callable
 
 import torch  # loads libc10 before the extension
 
-from torchmem import _C
-
+from torchmem import _C, _core
 ENV_CONF = "TORCHMEM_ALLOC_CONF"
 
 # A hook of install(): called with install()'s dump_on_oom argument (None when not given).
@@ -50,7 +49,7 @@ def resolve_conf(conf: str | None) -> str:
 
     Raises ValueError naming the key and its allowed values when it is bad.
     """
-    return _C.parse_config(given_conf(conf))
+    return _core.parse_config(given_conf(conf))
 
 
 def cpu_installed() -> bool:
@@ -105,7 +104,7 @@ def is_cuda(device: Any) -> bool:
     return isinstance(device, str) and device.split(":")[0] == "cuda"
 
 
-def caching_allocator(device: Any = None) -> "_C.CachingAllocator | None":
+def caching_allocator(device: Any = None) -> "_core.CachingAllocator | None":
     """The caching allocator serving `device` (None before torchmem.install() on the CPU).
 
     ValueError for a CUDA device when torchmem is not installed on CUDA, and

@@ -70,7 +70,7 @@ def file_format(path: str, head: bytes) -> str:
 
 
 def read_snapshot(path: str | os.PathLike) -> dict:
-    """A snapshot from a pickle or a JSON file, not yet checked field by field (snapshot.validate_snapshot)."""
+    """A snapshot from a pickle or a JSON file, not yet checked field by field (snapshot_format.validate_snapshot)."""
     path = os.fspath(path)
     fmt = file_format(path, open_head(path))
     if fmt == JSONL:

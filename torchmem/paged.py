@@ -1,5 +1,5 @@
 """A paged KV cache: one tensor cut into fixed-size blocks, handed out to
-sequences by the C++ block pool (``torchmem._C.PagedBlockPool``).
+sequences by the C++ block pool (``torchmem._core.PagedBlockPool``).
 
     cache = PagedKVCache(num_blocks=1024, block_size=16, num_heads=8, head_dim=64,
                          dtype=torch.float16, device="cuda")
@@ -41,11 +41,11 @@ from typing import NamedTuple, Sequence
 
 import torch
 
-from torchmem import _C
+from torchmem import _core
 
 __all__ = ["NewSequence", "OutOfBlocksError", "PagedKVCache"]
 
-OutOfBlocksError = _C.OutOfBlocksError
+OutOfBlocksError = _core.OutOfBlocksError
 
 _HASH_MASK = (1 << 64) - 1
 
@@ -104,7 +104,7 @@ class PagedKVCache:
         self.device = torch.device(device if device is not None else "cpu")
         self.enable_prefix_caching = enable_prefix_caching
         self.raise_on_exhausted = raise_on_exhausted
-        self.pool = _C.PagedBlockPool(num_blocks)
+        self.pool = _core.PagedBlockPool(num_blocks)
         self.kv = torch.zeros(
             (num_layers, 2, num_blocks, block_size, num_heads, head_dim), dtype=dtype, device=self.device
         )

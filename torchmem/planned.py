@@ -52,7 +52,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterator
 
-from torchmem import _C, devices
+import torch  # loads libc10 before the extension
+
+from torchmem import _C, _core, devices
 from torchmem.memory import caching_allocator, empty_cache
 from torchmem.plan import Buffer, solve
 
@@ -91,7 +93,7 @@ class PlanEntry:
 class _DeviceState:
     device: str
     fallback: Any              # the device's caching allocator
-    slab: "_C.PlannedSlab"
+    slab: "_core.PlannedSlab"
     push: Callable[[Any], None]
     pop: Callable[[], None]
     plans: dict[Hashable, PlanEntry] = field(default_factory=dict)
@@ -148,7 +150,7 @@ def _state(device: Any) -> _DeviceState:
         pop = functools.partial(_C.cuda_pop_thread_allocator, index)
     state = _states.get(name)
     if state is None or state.fallback is not fallback:  # first use, or install() made a new caching allocator
-        state = _DeviceState(name, fallback, _C.PlannedSlab(fallback), push, pop)
+        state = _DeviceState(name, fallback, _core.PlannedSlab(fallback), push, pop)
         _states[name] = state
     return state
 
@@ -224,7 +226,7 @@ def _buffers(events: list[dict]) -> tuple[list[Buffer], list[int], list[int]]:
 def _add_plan(state: _DeviceState, events: list[dict], method: str, time_limit: float) -> PlanEntry:
     buffers, sizes, streams = _buffers(events)
     plan = solve(buffers, method=method, time_limit=time_limit, alignment=ALIGNMENT)
-    offsets = [_C.PlannedSlab.UNPLANNED] * len(sizes)
+    offsets = [_core.PlannedSlab.UNPLANNED] * len(sizes)
     for b, off in zip(plan.buffers, plan.offsets):
         offsets[b.id] = off
     plan_id = state.slab.add_plan(sizes, offsets, streams, plan.height)
@@ -293,7 +295,7 @@ def planned(
 def _recorded_step(state: _DeviceState, key: Hashable, method: str, time_limit: float, release_cache: bool) -> Iterator[StepReport]:
     report = StepReport(key, "recorded")
     state.slab.release_idle_region()  # the recorded step may reuse its bytes through the cache
-    recorder = _C.RecordingAllocator(state.fallback)
+    recorder = _core.RecordingAllocator(state.fallback)
     state.push(recorder)
     try:
         yield report

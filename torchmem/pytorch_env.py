@@ -80,9 +80,9 @@ def cuda_pytorch_conf(environ: Mapping[str, str] | None = None,
 def conf_items(conf: str) -> list[str]:
     """The top-level "key:value" items of a settings string, as the core splits it (a list value such as
     "[256:1,>:4]" stays whole); ValueError for an empty item or unbalanced brackets, as PyTorch refuses them."""
-    from torchmem import _C
+    from torchmem import _core
 
-    return _C.rules.config_items(conf) if conf.strip() else []
+    return _core.rules.config_items(conf) if conf.strip() else []
 
 
 def conf_value(conf: str, key: str) -> str | None:

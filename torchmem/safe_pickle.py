@@ -36,7 +36,7 @@ import io
 import pickle
 from typing import Any, Iterator
 
-from torchmem import _C
+from torchmem import _core
 
 PLAIN_TYPES = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 
@@ -64,12 +64,12 @@ def loads_plain(data: bytes, drop_key: str | None = None) -> Any:
     unbuilt (csrc/core/traces/pickle_strip.h: the replay drops "frames", most of a
     big snapshot); where the rewrite cannot be sure, everything is built.
     """
-    plain, offset, problem = _C.scan_plain_pickle(data)
+    plain, offset, problem = _core.scan_plain_pickle(data)
     if not plain:
         damaged = problem.startswith("it ends") or "is not a pickle opcode" in problem
         raise (DamagedPickleError if damaged else UnsafePickleError)(f"{problem} (byte {offset:,})")
     if drop_key is not None:
-        stripped = _C.strip_pickle_key(data, drop_key)
+        stripped = _core.strip_pickle_key(data, drop_key)
         if stripped is not None:
             data = stripped
     with gc_paused():

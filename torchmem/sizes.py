@@ -4,7 +4,7 @@ It imports only the core, whose parser reads PYTORCH_CUDA_ALLOC_CONF's sizes.
 """
 from __future__ import annotations
 
-from torchmem import _C
+from torchmem import _core
 
 
 def gib(n: int) -> str:
@@ -40,7 +40,7 @@ def parse_bytes(value: int | str, what: str = "capacity", allow_zero: bool = Fal
     if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit() and float(value) != 0:
         raise ValueError(f"{what} {value.strip()!r} has no unit: write {value.strip()}GiB (2**30 bytes each), "
                          f"{value.strip()}GB (10**9 bytes each) or {value.strip()}B (bytes)")
-    n = value if isinstance(value, int) else _C.parse_size(value)
+    n = value if isinstance(value, int) else _core.parse_size(value)
     if n < 0 or (n == 0 and not allow_zero):
         raise ValueError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
     return n

@@ -6,7 +6,7 @@ what they feed (the replayer, snapshots, the command line) all name these
 types without importing one another.
 
 An event is (op, id, size, stream). The op codes are the core's (ReplayOp in
-csrc/core/replay/replayer.h, read from torchmem._C.rules): JSON-lines traces
+csrc/core/replay/replayer.h, read from torchmem._core.rules): JSON-lines traces
 hold only ALLOC and FREE; snapshot traces use the others too
 (torchmem/replay/snapshot_trace.py). Events come in numpy chunks so that a
 trace of tens of millions of events never sits in memory as Python objects.
@@ -18,9 +18,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 
-_OPS: dict[str, int] = _C.rules.REPLAY_OPS
+_OPS: dict[str, int] = _core.rules.REPLAY_OPS
 ALLOC, FREE = _OPS["ALLOC"], _OPS["FREE"]
 EMPTY_CACHE, SEGMENT_ADDRESS, FAILED_ALLOC = _OPS["EMPTY_CACHE"], _OPS["SEGMENT_ADDRESS"], _OPS["FAILED_ALLOC"]
 RELEASE_SEGMENT, SURVIVED_FAILED_ALLOC = _OPS["RELEASE_SEGMENT"], _OPS["SURVIVED_FAILED_ALLOC"]

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.trace_types import (  # noqa: F401  (the trace types, re-exported: torchmem.traces.Trace, ...)
     ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, ArgumentError, Chunk, DeviceError, Trace, TraceError,
 )
@@ -117,7 +117,7 @@ def load_jsonl(path: str, skip_bad_events: bool = False) -> Trace:
     path = os.fspath(path)
 
     def factory() -> Iterator[Chunk]:
-        reader = _C.JsonlReader(os.fsencode(path), skip_bad_lines=skip_bad_events)
+        reader = _core.JsonlReader(os.fsencode(path), skip_bad_lines=skip_bad_events)
         while True:
             try:
                 ops, ids, sizes, streams = reader.read(CHUNK)

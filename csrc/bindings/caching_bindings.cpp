@@ -17,7 +17,7 @@ namespace py = pybind11;
 namespace torchmem::bindings {
 
 void bind_caching(py::module_& m) {
-  register_out_of_memory(m);
+  register_out_of_memory();
   m.def("parse_size", &parse_size, py::arg("text"));
   m.def("parse_config", [](const std::string& text) { return AllocatorConfig::parse(text).to_string(); },
         py::arg("text"), "Validate a config string; returns it normalised.");

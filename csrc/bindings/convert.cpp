@@ -129,14 +129,20 @@ bool python_alive() {
 #endif
 }
 
-void register_out_of_memory(py::module_& m) {
-  static py::object oom_type = py::module_::import("torch").attr("OutOfMemoryError");
-  m.attr("OutOfMemoryError") = oom_type;
+void register_out_of_memory() {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const OutOfMemory& e) {
-      PyErr_SetString(oom_type.ptr(), e.what());
+      // torch is imported here, not at the module's import, so the core loads without it.
+      py::object type;
+      try {
+        type = py::module_::import("torch").attr("OutOfMemoryError");
+      } catch (py::error_already_set&) {
+        PyErr_Clear();
+        type = py::reinterpret_borrow<py::object>(PyExc_MemoryError);
+      }
+      PyErr_SetString(type.ptr(), e.what());
     }
   });
 }

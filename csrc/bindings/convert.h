@@ -32,7 +32,8 @@ pybind11::dict stitch_counters_to_dict(const StitchAllocator::Counters& counters
 // Whether the interpreter is up and not finalizing (Python may be called).
 bool python_alive();
 
-// Registers the translation of torchmem::OutOfMemory to torch.OutOfMemoryError.
-void register_out_of_memory(pybind11::module_& m);
+// Registers the translation of torchmem::OutOfMemory to torch.OutOfMemoryError,
+// imported when the first one is raised (MemoryError where torch is missing).
+void register_out_of_memory();
 
 }  // namespace torchmem::bindings

@@ -1,20 +1,14 @@
+// torchmem._C: the glue that needs torch (the CPU install, out-of-memory
+// observers, and in a CUDA build the CUDA install). It links libtorch and
+// torchmem._core, whose types it hands to Python: _core is imported first, so
+// those types are registered before any of these functions returns one.
 #include "bindings/bindings.h"
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "torchmem's C++ core";
-  torchmem::bindings::bind_caching(m);
+  m.doc() = "torchmem's torch glue (the core's types live in torchmem._core)";
+  pybind11::module_::import("torchmem._core");
   torchmem::bindings::bind_cpu_install(m);
-  torchmem::bindings::bind_replay(m);
-  torchmem::bindings::bind_rules(m);
-  torchmem::bindings::bind_jsonl(m);
-  torchmem::bindings::bind_pickle_scan(m);
-  torchmem::bindings::bind_planned(m);
-  torchmem::bindings::bind_planner(m);
-  torchmem::bindings::bind_arena(m);
-  torchmem::bindings::bind_paged(m);
-  torchmem::bindings::bind_history(m);
   torchmem::bindings::bind_oom(m);
-  torchmem::bindings::bind_device_memory(m);
 #ifdef TORCHMEM_WITH_CUDA
   torchmem::bindings::bind_cuda(m);
 #endif

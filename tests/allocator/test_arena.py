@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import MiB, run_python_json
-from torchmem import _C
+from torchmem import _C, _core
 from torchmem.arena import Arena, ArenaEscapeError, arena
 
 
@@ -72,7 +72,7 @@ def test_out_of_memory_names_the_figures():
 
 
 def test_sim_device_arena_counts_without_memory():
-    dev = _C.SimDevice(1 << 30)
+    dev = _core.SimDevice(1 << 30)
     a = Arena(1 << 30, dev)
     assert a.device == "sim" and dev.free_bytes == 0
     p = a.allocate(123 << 20)
@@ -87,7 +87,7 @@ def test_sim_device_arena_counts_without_memory():
 
 
 def test_fallback_to_caching_allocator_is_counted():
-    caching = _C.CachingAllocator(_C.HostDevice(0))
+    caching = _core.CachingAllocator(_core.HostDevice(0))
     a = Arena(4096, fallback=caching)
     a.allocate(4000)
     a.rewind()
@@ -104,8 +104,8 @@ def test_region_over_a_caching_allocator_serves_one_stream():
     # The CUDA arena's shape, on a simulated device: the region is one block of
     # the caching allocator (so its statistics count it), on the arena's stream;
     # requests on other streams are the caching allocator's.
-    caching = _C.CachingAllocator(_C.SimDevice(1 << 30))
-    a = _C.Arena.over(caching, 8 * MiB, 64, None, 7, caching)
+    caching = _core.CachingAllocator(_core.SimDevice(1 << 30))
+    a = _core.Arena.over(caching, 8 * MiB, 64, None, 7, caching)
     assert (a.device, a.stream) == ("sim", 7) and caching.owns(a.base)
     assert caching.stats()["allocated_bytes"]["all"]["current"] == 8 * MiB
     x = a.allocate(MiB, stream=7)

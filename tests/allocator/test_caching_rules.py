@@ -13,7 +13,7 @@ checks invariants after each step.
 import pytest
 import torch
 
-from torchmem import _C
+from torchmem import _core
 
 from conftest import GiB, KiB, MiB, block_of, sim_allocator
 
@@ -354,12 +354,12 @@ def test_out_of_memory_message_gives_the_segment_size_not_the_request():
     # params.size())) holds the rounded size, 2 MiB, and in its address field the device's free bytes,
     # 30 - 12 = 18 MiB.
     a = sim_allocator(capacity=30 * MiB)
-    _C.enable_history(a, 100)
+    _core.enable_history(a, 100)
     alloc(a, 12 * MiB)
     with pytest.raises(torch.OutOfMemoryError) as info:
         a.allocate(2 * MiB - 100)
     assert "Tried to allocate 20.00 MiB" in str(info.value)
-    (oom,) = [e for e in _C.history_entries(a) if e["action"] == "oom"]
+    (oom,) = [e for e in _core.history_entries(a) if e["action"] == "oom"]
     assert oom["size"] == 2 * MiB and oom["addr"] == 18 * MiB
 
 

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 import torchmem
-from torchmem import _C
+from torchmem import _core
 from torchmem._install import resolve_conf
 
 from conftest import GiB, MiB
@@ -27,7 +27,7 @@ TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, w
 
 
 def test_empty_config_is_default():
-    assert _C.parse_config("") == ""
+    assert _core.parse_config("") == ""
 
 
 @pytest.mark.parametrize(
@@ -78,7 +78,7 @@ def test_empty_config_is_default():
     ],
 )
 def test_valid_configs(text, normalised):
-    assert _C.parse_config(text) == normalised
+    assert _core.parse_config(text) == normalised
 
 
 @pytest.mark.parametrize(
@@ -137,14 +137,14 @@ def test_valid_configs(text, normalised):
 )
 def test_bad_configs_name_key_and_allowed_values(text, fragments):
     with pytest.raises(ValueError) as info:
-        _C.parse_config(text)
+        _core.parse_config(text)
     for fragment in fragments:
         assert fragment in str(info.value)
 
 
 def divisions(conf: str) -> list:
     """The 16 per-interval divisions torchmem parsed (intervals 1 MiB, 2 MiB, ... 32 GiB and above)."""
-    m = re.search(r"roundup_power2_divisions:\[([^\]]*)\]", _C.parse_config(conf))
+    m = re.search(r"roundup_power2_divisions:\[([^\]]*)\]", _core.parse_config(conf))
     if not m:
         return [0] * 16
     pairs = [item.split(":") for item in m.group(1).split(",")]
@@ -177,7 +177,7 @@ def test_roundup_divisions_list_form():
     # [256:1,512:2,>:8]: below 512 MB no rounding (1 division), the 512 MB interval in halves, above it
     # in eighths (roundup_power2_divisions(size) picks interval log2(size) - 20).
     conf = "roundup_power2_divisions:[256:1,512:2,>:8]"
-    a = _C.CachingAllocator(_C.SimDevice(100 * GiB), conf)
+    a = _core.CachingAllocator(_core.SimDevice(100 * GiB), conf)
     p = a.allocate(600 * MiB)  # 512 MiB interval, two divisions: 512 + 256 -> 768 MiB
     assert a.segments()[0]["blocks"][0]["size"] == 768 * MiB
     a.deallocate(p)
@@ -185,7 +185,7 @@ def test_roundup_divisions_list_form():
     assert [b["size"] for s in a.segments() for b in s["blocks"] if b["allocated"]] == [1152 * MiB]
     # [>:8]: interval 0 (up to 2 MiB) keeps no rounding: 1_300_000 -> 512 B multiple 1_300_480; interval
     # 1 (2 to 4 MiB) in eighths of 2 MiB: 2_600_000 -> 2 MiB + 2 x 256 KiB = 2_621_440.
-    b = _C.CachingAllocator(_C.SimDevice(100 * GiB), "roundup_power2_divisions:[>:8]")
+    b = _core.CachingAllocator(_core.SimDevice(100 * GiB), "roundup_power2_divisions:[>:8]")
     sizes = []
     for request in (1_300_000, 2_600_000):
         p = b.allocate(request)
@@ -256,7 +256,7 @@ def native_decisions(binary: str, conf: str):
 
 def torchmem_decisions(conf: str):
     try:
-        text = _C.parse_config(conf)
+        text = _core.parse_config(conf)
     except ValueError:
         return None
     values = dict(re.findall(r"(\w+):(\[[^\]]*\]|[^,]*)", text))
@@ -294,13 +294,13 @@ def test_grammar_agrees_with_the_installed_pytorch(c10_parser):
 )
 def test_parse_size(text, size):
     # torchmem's capacity grammar (PyTorch has none): decimal MB/GB, binary MiB/GiB and M/G.
-    assert _C.parse_size(text) == size
+    assert _core.parse_size(text) == size
 
 
 @pytest.mark.parametrize("text", ["", "GiB", "12 parsecs", "-1GiB", "1e30"])
 def test_parse_size_rejects(text):
     with pytest.raises(ValueError):
-        _C.parse_size(text)
+        _core.parse_size(text)
 
 
 def test_environment_variable_is_read(monkeypatch):
@@ -383,12 +383,12 @@ def test_replay_notes_the_variable_it_does_not_use(tmp_path, monkeypatch, capsys
 ])
 def test_cuda_parser_keys_as_pytorch_2_14(conf, accepted):
     if accepted:
-        _C.parse_config(conf)
+        _core.parse_config(conf)
         with pytest.raises(ValueError, match=conf.split(":")[0]):
-            _C.parse_config(conf.split(":")[0] + ":maybe")
+            _core.parse_config(conf.split(":")[0] + ":maybe")
     else:
         with pytest.raises(ValueError, match=f"unknown key '{conf.split(':')[0]}'"):
-            _C.parse_config(conf)
+            _core.parse_config(conf)
 
 
 def test_a_cpu_install_names_the_pytorch_variable_it_does_not_apply():

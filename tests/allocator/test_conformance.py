@@ -6,7 +6,7 @@ get their memory written and read back, so overlapping blocks would show as
 corrupted data.
 
 "Every" is checked, not claimed: test_every_allocator_is_in_the_suite lists
-the classes the extension registers as a ``torchmem._C.Allocator`` (the
+the classes the extension registers as a ``torchmem._core.Allocator`` (the
 ``DeviceAllocator`` policies among them) and fails when a factory here makes
 none of one of them.
 """
@@ -16,38 +16,38 @@ import threading
 
 import pytest
 
-from torchmem import _C
+from torchmem import _core
 
 from conftest import MiB
 
 
 def _caching_host():
-    return _C.CachingAllocator(_C.HostDevice(), ""), True
+    return _core.CachingAllocator(_core.HostDevice(), ""), True
 
 
 def _caching_sim():
-    return _C.CachingAllocator(_C.SimDevice(64 << 30), ""), False
+    return _core.CachingAllocator(_core.SimDevice(64 << 30), ""), False
 
 
 def _caching_host_small_split():
-    return _C.CachingAllocator(_C.HostDevice(), "max_split_size_mb:21,roundup_power2_divisions:4"), True
+    return _core.CachingAllocator(_core.HostDevice(), "max_split_size_mb:21,roundup_power2_divisions:4"), True
 
 
 def _caching_host_expandable():
-    return _C.CachingAllocator(_C.HostDevice(), "expandable_segments:True"), True
+    return _core.CachingAllocator(_core.HostDevice(), "expandable_segments:True"), True
 
 
 def _stitch_host():
-    return _C.StitchAllocator(_C.HostDevice(), "policy:stitch"), True
+    return _core.StitchAllocator(_core.HostDevice(), "policy:stitch"), True
 
 
 def _stitch_sim():
-    return _C.device_allocator(_C.SimDevice(64 << 30), "policy:stitch"), False
+    return _core.device_allocator(_core.SimDevice(64 << 30), "policy:stitch"), False
 
 
 def _stitch_host_small():
     # A small device: requests reclaim cached pages and stitch them at fresh places.
-    return _C.device_allocator(_C.HostDevice(512 * MiB), "policy:stitch"), True
+    return _core.device_allocator(_core.HostDevice(512 * MiB), "policy:stitch"), True
 
 
 FACTORIES = {
@@ -63,17 +63,17 @@ FACTORIES = {
 
 def _planned_slab_in_step():
     # A step under way with a plan: requests of a slot's size hit the region, the others miss to the fallback.
-    slab = _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice(), ""))
+    slab = _core.PlannedSlab(_core.CachingAllocator(_core.HostDevice(), ""))
     slab.begin_step(slab.add_plan([1 << 20, 512, 4096], [0, 1 << 20, 2 << 20], [0, 0, 0], 3 << 20))
     return slab, True
 
 
 def _planned_slab_between_steps():
-    return _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice(), "")), True
+    return _core.PlannedSlab(_core.CachingAllocator(_core.HostDevice(), "")), True
 
 
 def _recording_over_caching():
-    return _C.RecordingAllocator(_C.CachingAllocator(_C.HostDevice(), "")), True
+    return _core.RecordingAllocator(_core.CachingAllocator(_core.HostDevice(), "")), True
 
 
 FACTORIES.update({
@@ -96,9 +96,9 @@ for _name, _factory in _arena_factories().items():
 
 
 def registered_allocator_classes() -> set:
-    """Every class the extension registers under torchmem._C.Allocator that can be made (the abstract
+    """Every class the extension registers under torchmem._core.Allocator that can be made (the abstract
     interfaces, Allocator and DeviceAllocator, have no constructor)."""
-    found, todo = set(), [_C.Allocator]
+    found, todo = set(), [_core.Allocator]
     while todo:
         cls = todo.pop()
         todo.extend(cls.__subclasses__())
@@ -117,20 +117,20 @@ def test_every_allocator_is_in_the_suite():
         allocator, _ = factory()
         made.setdefault(type(allocator), []).append(name)
     registered = registered_allocator_classes()
-    assert {_C.CachingAllocator, _C.StitchAllocator, _C.Arena, _C.PlannedSlab, _C.RecordingAllocator} <= registered
+    assert {_core.CachingAllocator, _core.StitchAllocator, _core.Arena, _core.PlannedSlab, _core.RecordingAllocator} <= registered
     missing = sorted(cls.__name__ for cls in registered - set(made))
     assert not missing, f"allocators the extension registers and no factory of the suite makes: {missing}"
 
 
 def test_every_policy_is_in_the_suite():
-    """Each policy the registry has (torchmem._C.policies(), csrc/core/policy/policies.cpp) serves some factory."""
+    """Each policy the registry has (torchmem._core.policies(), csrc/core/policy/policies.cpp) serves some factory."""
     policies = set()
     for factory in FACTORIES.values():
         allocator, _ = factory()
-        if isinstance(allocator, _C.DeviceAllocator):
+        if isinstance(allocator, _core.DeviceAllocator):
             policies.add(allocator.policy)
-    assert {"native", "stitch"} <= set(_C.policies())
-    missing = sorted(set(_C.policies()) - policies)
+    assert {"native", "stitch"} <= set(_core.policies())
+    missing = sorted(set(_core.policies()) - policies)
     assert not missing, f"policies the registry has and no factory of the suite makes: {missing}"
 
 

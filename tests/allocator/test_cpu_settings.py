@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.cpu_settings import CPU_DEFAULTS, with_cpu_defaults
 
 from conftest import MiB, block_of, run_python, sim_allocator
@@ -29,7 +29,7 @@ def checked(a, op, *args):
     ("reuse_order:recent,reuse_order:address", ""),  # the last one wins, as for every key
 ])
 def test_valid_cpu_settings(text, normalised):
-    assert _C.parse_config(text) == normalised
+    assert _core.parse_config(text) == normalised
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -44,7 +44,7 @@ def test_valid_cpu_settings(text, normalised):
 def test_bad_cpu_settings_name_key_and_allowed_values(text, fragment):
     key = text.split(":")[0]
     with pytest.raises(ValueError, match=key) as info:
-        _C.parse_config(text)
+        _core.parse_config(text)
     assert fragment in str(info.value)
 
 

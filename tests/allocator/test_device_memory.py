@@ -6,7 +6,7 @@ call that would invalidate a CUDA graph capture."""
 import pytest
 import torch
 
-from torchmem import _C
+from torchmem import _core
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -18,9 +18,9 @@ POOL2 = (2, 0)
 
 
 def make(capacity=8 * GiB, conf=""):
-    dev = _C.SimDevice(capacity)
+    dev = _core.SimDevice(capacity)
     dev.set_manual_events(True)
-    return dev, _C.DeviceMemory(dev, conf)
+    return dev, _core.DeviceMemory(dev, conf)
 
 
 def agg(mem, key):
@@ -135,7 +135,7 @@ def test_out_of_memory_is_counted_once():
     mem.record_stream(p, S2)
     mem.free(p)
     keep = mem.allocate(40 * MiB, S1)
-    with pytest.raises(_C.OutOfMemoryError, match="Tried to allocate 40.00 MiB"):
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate 40.00 MiB"):
         mem.allocate(40 * MiB, S1)
     s = mem.stats()
     assert s["num_ooms"] == 1
@@ -242,7 +242,7 @@ def test_use_on_oom_pool_lends_cached_blocks():
     p = mem.allocate(40 * MiB, S1)
     mem.end_allocate_to_pool(POOL)
     mem.free(p)  # cached in the pool
-    with pytest.raises(_C.OutOfMemoryError):
+    with pytest.raises(torch.OutOfMemoryError):
         mem.allocate(40 * MiB, S1)
     assert mem.stats()["num_ooms"] == 1
     assert mem.set_use_on_oom(POOL, True)
@@ -315,7 +315,7 @@ def test_capture_out_of_memory_releases_nothing():
     dev, mem = make(capacity=64 * MiB)
     mem.free(mem.allocate(40 * MiB, S2))  # cached on S2
     capture(mem, dev)
-    with pytest.raises(_C.OutOfMemoryError):
+    with pytest.raises(torch.OutOfMemoryError):
         mem.allocate(40 * MiB, S1)  # would need S2's cached segment released
     assert mem.stats()["num_ooms"] == 1
     end_capture(mem, dev)
@@ -329,7 +329,7 @@ def test_capture_skips_garbage_collection():
     mem.set_memory_fraction(0.9)
     mem.free(mem.allocate(60 * MiB, S2))
     capture(mem, dev)
-    with pytest.raises(_C.OutOfMemoryError):
+    with pytest.raises(torch.OutOfMemoryError):
         mem.allocate(32 * MiB, S3)  # main allocator; garbage collection would free S2's segment
     end_capture(mem, dev)
     mem.release_pool(POOL)
@@ -388,7 +388,7 @@ def test_use_mem_pool_routes_are_not_captures():
 
 def test_routed_allocator_frees_and_stream_uses():
     dev, mem = make()
-    inner = _C.CachingAllocator(_C.SimDevice(GiB))
+    inner = _core.CachingAllocator(_core.SimDevice(GiB))
     mem.add_routed(inner)
     p = mem.allocate(MiB, S1, thread_allocator=inner)
     assert inner.owns(p) and mem.owns(p)
@@ -411,8 +411,8 @@ def test_reconfigure_before_use():
 
 
 def test_expandable_pages_map_and_unmap_in_batches():
-    dev = _C.SimDevice(8 * GiB)
-    mem = _C.DeviceMemory(dev, "expandable_segments:True")
+    dev = _core.SimDevice(8 * GiB)
+    mem = _core.DeviceMemory(dev, "expandable_segments:True")
     p = mem.allocate(60 * MiB)  # 3 pages of 20 MiB
     assert dev.map_calls == 1
     mem.free(p)

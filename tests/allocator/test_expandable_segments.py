@@ -124,9 +124,9 @@ def test_out_of_memory_maps_nothing_and_recovers():
 def test_host_device_expandable_memory_is_writable():
     import ctypes
 
-    from torchmem import _C
+    from torchmem import _core
 
-    a = _C.CachingAllocator(_C.HostDevice(), CONF)
+    a = _core.CachingAllocator(_core.HostDevice(), CONF)
     sizes = (3 * MiB, 100, 25 * MiB, 700 * 1024)
     ptrs = [a.allocate(s) for s in sizes]
     for i, (p, size) in enumerate(zip(ptrs, sizes)):

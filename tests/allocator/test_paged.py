@@ -1,15 +1,15 @@
-"""The paged block pool (torchmem._C.PagedBlockPool) and torchmem.paged.PagedKVCache."""
+"""The paged block pool (torchmem._core.PagedBlockPool) and torchmem.paged.PagedKVCache."""
 import pytest
 import torch
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.paged import OutOfBlocksError, PagedKVCache, _block_hash
 
 # --------------------------------------------------------------- block pool
 
 
 def test_issue_scenario_on_8_blocks():
-    pool = _C.PagedBlockPool(8)
+    pool = _core.PagedBlockPool(8)
     a = pool.allocate_n(3)  # sequence A takes 3 blocks
     assert a == [0, 1, 2] and pool.num_free == 5
     pool.retain_n(a)  # B forks from A
@@ -28,7 +28,7 @@ def test_issue_scenario_on_8_blocks():
 
 
 def test_pool_errors_leave_it_unchanged():
-    pool = _C.PagedBlockPool(4)
+    pool = _core.PagedBlockPool(4)
     ids = pool.allocate_n(2)
     before = (pool.num_free, [pool.ref_count(i) for i in range(4)])
     with pytest.raises(ValueError, match="out of range"):
@@ -49,7 +49,7 @@ def test_pool_errors_leave_it_unchanged():
 
 
 def test_pool_exhaustion_is_all_or_nothing():
-    pool = _C.PagedBlockPool(3)
+    pool = _core.PagedBlockPool(3)
     pool.allocate_n(2)
     with pytest.raises(OutOfBlocksError, match="3 requested, 1 free of 3"):
         pool.allocate_n(3)
@@ -68,7 +68,7 @@ def test_pool_exhaustion_is_all_or_nothing():
 
 
 def test_pool_batch_step_copies_in_order():
-    pool = _C.PagedBlockPool(8)
+    pool = _core.PagedBlockPool(8)
     x = pool.allocate()
     pool.retain_n([x, x])  # three holders
     fresh, last, copies = pool.allocate_and_make_writable(2, [x, x, x])
@@ -81,7 +81,7 @@ def test_pool_batch_step_copies_in_order():
 
 
 def test_pool_prefix_cache_lru():
-    pool = _C.PagedBlockPool(4)
+    pool = _core.PagedBlockPool(4)
     a = pool.allocate_n(3)
     for i, b in enumerate(a):
         assert pool.set_hash(b, 100 + i)

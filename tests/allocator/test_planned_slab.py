@@ -5,14 +5,14 @@ when nothing in it is live, and never when the fallback is out of memory."""
 import pytest
 
 from conftest import GiB, MiB, sim_allocator
-from torchmem import _C
+from torchmem import _core
 
-U = _C.PlannedSlab.UNPLANNED
+U = _core.PlannedSlab.UNPLANNED
 
 
 def slab_on(capacity: int = 80 * GiB):
     fallback = sim_allocator(capacity)
-    return _C.PlannedSlab(fallback), fallback
+    return _core.PlannedSlab(fallback), fallback
 
 
 def reserved(allocator) -> int:
@@ -170,7 +170,7 @@ def test_misuse_is_refused_with_clear_errors():
     with pytest.raises(ValueError, match="did not hand out"):
         slab.deallocate(12345 * 64)
     with pytest.raises(ValueError, match="fallback"):
-        _C.PlannedSlab(None)
+        _core.PlannedSlab(None)
 
 
 def test_region_lives_on_the_plans_main_stream_and_moves_with_it():
@@ -198,7 +198,7 @@ def test_a_slab_outlives_its_python_fallback_safely():
     import gc
 
     fallback = sim_allocator()
-    slab = _C.PlannedSlab(fallback)
+    slab = _core.PlannedSlab(fallback)
     slab.add_plan([MiB], [0], [0], MiB)
     del fallback
     gc.collect()

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import MiB, run_ok
-from torchmem import _C
+from torchmem import _core
 from torchmem import replay as sim
 
 # ---------------------------------------------------------------------------
@@ -149,8 +149,8 @@ host_ops = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=host_ops, conf=st.sampled_from(["", "expandable_segments:True", "max_split_size_mb:22"]))
 def test_host_caching_allocator_keeps_every_byte(ops, conf):
-    dev = _C.HostDevice(256 * MiB)
-    a = _C.CachingAllocator(dev, conf)
+    dev = _core.HostDevice(256 * MiB)
+    a = _core.CachingAllocator(dev, conf)
     live: dict[int, tuple[int, int]] = {}
     tag = 0
     for op, value, stream in ops:
@@ -265,7 +265,7 @@ class ArenaModel:
 @settings(max_examples=150, deadline=None)
 @given(ops=arena_ops, capacity=st.sampled_from([4096, 1 << 20]))
 def test_arena_matches_its_model(ops, capacity):
-    arena = _C.Arena(_C.SimDevice(1 << 30), capacity)
+    arena = _core.Arena(_core.SimDevice(1 << 30), capacity)
     model = ArenaModel(arena.base, capacity)
     for op, size, alignment in ops:
         if op == "alloc":
@@ -337,7 +337,7 @@ def brute_valid(lower, upper, size, offsets) -> bool:
 @given(placements())
 def test_validate_agrees_with_brute_force(p):
     lower, upper, size, offsets = p
-    ok, first, second, message = _C.planner.validate(lower, upper, size, offsets)
+    ok, first, second, message = _core.planner.validate(lower, upper, size, offsets)
     assert ok == brute_valid(lower, upper, size, offsets), message
     if not ok and second >= 0:
         i, j = first, second
@@ -362,7 +362,7 @@ def dags(draw):
 @given(dags())
 def test_schedule_is_topological_and_never_worse(g):
     n, edges, out_bytes, users = g
-    order, before, after = _C.planner.schedule(n, edges, out_bytes, users, list(range(n)))
+    order, before, after = _core.planner.schedule(n, edges, out_bytes, users, list(range(n)))
     assert sorted(order) == list(range(n))
     pos = {v: i for i, v in enumerate(order)}
     assert all(pos[u] < pos[v] for u, v in edges)
@@ -389,7 +389,7 @@ def test_replay_equals_the_allocator_driven_directly(raw, conf):
             live.discard(key)
     capacity = 200 * MiB
     result = sim.replay(events, capacity, conf)
-    a = _C.CachingAllocator(_C.SimDevice(capacity), conf)
+    a = _core.CachingAllocator(_core.SimDevice(capacity), conf)
     ptrs, oom_at = {}, None
     for i, e in enumerate(events):
         if e["op"] == "alloc":

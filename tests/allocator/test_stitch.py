@@ -13,17 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GiB, MiB, run_python
-from torchmem import _C, workloads
+from torchmem import _core, workloads
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise
-from torchmem.snapshot import snapshot_from_replay, validate_snapshot
+from torchmem.snapshot_format import snapshot_from_replay, validate_snapshot
 
 PAGE = 2 * MiB
 
 
 def stitch(capacity=1 * GiB, conf="policy:stitch"):
-    return _C.device_allocator(_C.SimDevice(capacity), conf)
+    return _core.device_allocator(_core.SimDevice(capacity), conf)
 
 
 def pages_touched(live):
@@ -52,8 +52,8 @@ ops = st.lists(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=ops, capacity_mb=st.sampled_from([16, 64, 256, 4096]), host=st.booleans())
 def test_random_sequences_keep_invariants(ops, capacity_mb, host):
-    device = _C.HostDevice(capacity_mb * MiB) if host else _C.SimDevice(capacity_mb * MiB)
-    a = _C.device_allocator(device, "policy:stitch")
+    device = _core.HostDevice(capacity_mb * MiB) if host else _core.SimDevice(capacity_mb * MiB)
+    a = _core.device_allocator(device, "policy:stitch")
     live = {}  # address -> requested size: the reference model
     rounded = {}
     fraction = 1.0
@@ -123,7 +123,7 @@ def test_scattered_free_pages_serve_one_large_request():
     a.check_invariants()
     assert a.counters()["reclaims"] == 1 and a.counters()["page_unmaps"] == 15
     assert a.stats()["num_alloc_retries"] == 1
-    native = _C.CachingAllocator(_C.SimDevice(64 * MiB), "expandable_segments:True")
+    native = _core.CachingAllocator(_core.SimDevice(64 * MiB), "expandable_segments:True")
     kept = [native.allocate(4 * MiB) for _ in range(12)]
     for p in kept[::2]:
         native.deallocate(p)
@@ -188,14 +188,14 @@ def test_history_records_maps_and_unmaps():
 
 
 def test_config_key():
-    assert _C.parse_config("policy:stitch") == "policy:stitch"
-    assert _C.parse_config("policy:native") == ""
+    assert _core.parse_config("policy:stitch") == "policy:stitch"
+    assert _core.parse_config("policy:native") == ""
     with pytest.raises(ValueError, match="policy"):
-        _C.parse_config("policy:compact")
-    assert isinstance(_C.device_allocator(_C.SimDevice(GiB), ""), _C.CachingAllocator)
-    assert isinstance(_C.device_allocator(_C.SimDevice(GiB), "policy:native"), _C.CachingAllocator)
-    a = _C.device_allocator(_C.SimDevice(GiB), "policy:stitch,per_process_memory_fraction:0.5")
-    assert isinstance(a, _C.StitchAllocator) and a.policy == "stitch"
+        _core.parse_config("policy:compact")
+    assert isinstance(_core.device_allocator(_core.SimDevice(GiB), ""), _core.CachingAllocator)
+    assert isinstance(_core.device_allocator(_core.SimDevice(GiB), "policy:native"), _core.CachingAllocator)
+    a = _core.device_allocator(_core.SimDevice(GiB), "policy:stitch,per_process_memory_fraction:0.5")
+    assert isinstance(a, _core.StitchAllocator) and a.policy == "stitch"
     assert a.allocator_settings["policy"] == "stitch"
     with pytest.raises(torch.OutOfMemoryError):
         a.allocate(600 * MiB)  # over the fraction's limit
@@ -336,7 +336,7 @@ def test_cpu_install_with_the_policy():
 def test_the_native_class_refuses_another_policy():
     """CachingAllocator is the native policy: asked for policy:stitch it says how to make one, not silently native."""
     with pytest.raises(ValueError, match="make_device_allocator"):
-        _C.CachingAllocator(_C.SimDevice(1 << 30), "policy:stitch")
-    native = _C.CachingAllocator(_C.SimDevice(1 << 30), "policy:native")
+        _core.CachingAllocator(_core.SimDevice(1 << 30), "policy:stitch")
+    native = _core.CachingAllocator(_core.SimDevice(1 << 30), "policy:native")
     native.deallocate(native.allocate(4096))
     assert native.stats()["allocation"]["all"]["allocated"] == 1

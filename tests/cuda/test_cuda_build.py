@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torchmem
-from torchmem import _C
+from torchmem import _C, _core
 from torchmem import cuda as tmcuda
 
 CUDA_ONLY_STRINGS = (b"cuda_install", b"cuMemAddressReserve", b"CudaAllocator")
@@ -71,7 +71,7 @@ def test_thread_allocator_push_and_pop_refuse_misuse_without_touching_cuda():
     with pytest.raises(RuntimeError, match="without a matching push"):
         _C.cuda_pop_thread_allocator(0)
     if not tmcuda.installed():
-        slab = _C.PlannedSlab(_C.CachingAllocator(_C.HostDevice()))
+        slab = _core.PlannedSlab(_core.CachingAllocator(_core.HostDevice()))
         with pytest.raises(RuntimeError, match="torchmem.install"):
             _C.cuda_push_thread_allocator(0, slab)
         with pytest.raises(RuntimeError, match="without a matching push"):
@@ -150,7 +150,7 @@ def test_install_makes_torchmem_c10s_cuda_allocator_without_a_gpu():
 
     proc = run_child(
         """
-        from torchmem import _C
+        from torchmem import _C, _core
         before = _C.cuda_is_c10_allocator()
         _C.cuda_install("")
         print(before, _C.cuda_installed(), _C.cuda_is_c10_allocator(), torch.cuda.is_initialized())

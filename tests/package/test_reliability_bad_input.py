@@ -17,7 +17,7 @@ import torch
 import torchmem
 import torchmem.cuda
 from conftest import run_python
-from torchmem import _C, traces
+from torchmem import _core, traces
 from torchmem import replay as sim
 from torchmem.cli import main as cli_main
 from torchmem.cuda import CUDANotBuiltError, cuda_glue_built
@@ -27,7 +27,7 @@ EV = [{"op": "alloc", "id": 1, "size": 100}, {"op": "free", "id": 1}]
 
 
 def _sim_alloc():
-    return _C.CachingAllocator(_C.SimDevice(1 << 30), "")
+    return _core.CachingAllocator(_core.SimDevice(1 << 30), "")
 
 
 def _arena():
@@ -41,7 +41,7 @@ def _kv(**kw):
 
 
 def _pool():
-    return _C.PagedBlockPool(4)
+    return _core.PagedBlockPool(4)
 
 
 # (id, callable, expected exception, fragment of the message)
@@ -66,8 +66,8 @@ CASES = [
     ("memory_summary-cuda", lambda: torchmem.memory_summary("cuda"), ValueError, "torchmem manages the CPU"),
     ("set_fraction-not-installed", lambda: torchmem.set_per_process_memory_fraction(0.5), RuntimeError,
      "not installed"),
-    # CachingAllocator (torchmem._C)
-    ("caching-conf-bad", lambda: _C.CachingAllocator(_C.SimDevice(1 << 30), "expandable_segments:maybe"), ValueError,
+    # CachingAllocator (torchmem._core)
+    ("caching-conf-bad", lambda: _core.CachingAllocator(_core.SimDevice(1 << 30), "expandable_segments:maybe"), ValueError,
      "expandable_segments"),
     ("caching-allocate-negative", lambda: _sim_alloc().allocate(-1), TypeError, "incompatible function arguments"),
     ("caching-allocate-float", lambda: _sim_alloc().allocate(1.5), TypeError, "incompatible function arguments"),
@@ -83,12 +83,12 @@ CASES = [
     ("caching-fraction-negative", lambda: _sim_alloc().set_memory_fraction(-0.5), ValueError, "[0.0, 1.0]"),
     ("caching-fraction-nan", lambda: _sim_alloc().set_memory_fraction(float("nan")), ValueError, "[0.0, 1.0]"),
     ("caching-fraction-2", lambda: _sim_alloc().set_memory_fraction(2), ValueError, "[0.0, 1.0]"),
-    ("simdevice-page-3", lambda: _C.SimDevice(1 << 30, 3), ValueError, "power of two"),
-    ("simdevice-others-over-capacity", lambda: _C.SimDevice(10, 2 << 20, 20), ValueError, "exceeds the capacity"),
-    ("simdevice-negative", lambda: _C.SimDevice(-1), TypeError, "incompatible constructor arguments"),
-    ("parse_size-empty", lambda: _C.parse_size(""), ValueError, "a size such as 80GiB"),
-    ("parse_size-overflow", lambda: _C.parse_size("17179869184GiB"), ValueError, "at most 8 EiB"),
-    ("parse_size-unit", lambda: _C.parse_size("16EiB"), ValueError, "a size such as 80GiB"),
+    ("simdevice-page-3", lambda: _core.SimDevice(1 << 30, 3), ValueError, "power of two"),
+    ("simdevice-others-over-capacity", lambda: _core.SimDevice(10, 2 << 20, 20), ValueError, "exceeds the capacity"),
+    ("simdevice-negative", lambda: _core.SimDevice(-1), TypeError, "incompatible constructor arguments"),
+    ("parse_size-empty", lambda: _core.parse_size(""), ValueError, "a size such as 80GiB"),
+    ("parse_size-overflow", lambda: _core.parse_size("17179869184GiB"), ValueError, "at most 8 EiB"),
+    ("parse_size-unit", lambda: _core.parse_size("16EiB"), ValueError, "a size such as 80GiB"),
     # sim.replay / sim.compare
     ("replay-capacity-0", lambda: sim.replay(EV, 0), ValueError, "capacity must be positive"),
     ("replay-capacity-negative", lambda: sim.replay(EV, -1), ValueError, "capacity must be positive"),
@@ -185,7 +185,7 @@ CASES = [
     ("arena-block-uninstalled", lambda: torchmem.arena(1 << 20).__enter__(), RuntimeError, "torchmem.install()"),
     ("arena-block-arena-and-device", lambda: torchmem.arena(_arena(), device="cpu").__enter__(), ValueError,
      "belong to the Arena"),
-    ("arena-allocate-other-stream", lambda: torchmem._C.Arena(torchmem._C.SimDevice(1 << 20), 4096, stream=3)
+    ("arena-allocate-other-stream", lambda: torchmem._core.Arena(torchmem._core.SimDevice(1 << 20), 4096, stream=3)
      .allocate(64, stream=4), ValueError, "serves stream 3 only"),
     # PagedKVCache and the block pool
     ("kv-num_blocks-0", lambda: _kv(num_blocks=0), ValueError, "num_blocks must be positive"),
@@ -212,7 +212,7 @@ CASES = [
      IndexError, "out of bounds"),
     ("kv-write-bad-shape", lambda: _kv().write(0, torch.tensor([0]), torch.zeros(1, 3, 2), torch.zeros(1, 3, 2)),
      RuntimeError, "same slice shapes"),
-    ("pool-num_blocks-0", lambda: _C.PagedBlockPool(0), ValueError, "num_blocks must be positive"),
+    ("pool-num_blocks-0", lambda: _core.PagedBlockPool(0), ValueError, "num_blocks must be positive"),
     ("pool-release-out-of-range", lambda: _pool().release(9), ValueError, "out of range [0, 4)"),
     ("pool-release-free-block", lambda: _pool().release(0), ValueError, "is not in use"),
     ("pool-retain-negative", lambda: _pool().retain(-1), ValueError, "out of range"),
@@ -400,9 +400,9 @@ def test_bad_command_line(tmp_path, capsys, argv, files, status, fragment):
 
 def test_caching_allocator_with_no_device_is_an_error_not_a_crash():
     proc = run_python("""
-        from torchmem import _C
+        from torchmem import _core
         try:
-            _C.CachingAllocator(None, "").allocate(100)
+            _core.CachingAllocator(None, "").allocate(100)
         except (TypeError, ValueError) as e:
             print("error:", e)
     """, timeout=120)
@@ -411,9 +411,9 @@ def test_caching_allocator_with_no_device_is_an_error_not_a_crash():
 
 def test_arena_with_no_device_is_an_error_not_a_crash():
     proc = run_python("""
-        from torchmem import _C
+        from torchmem import _core
         try:
-            _C.Arena(None, 1 << 20)
+            _core.Arena(None, 1 << 20)
         except (TypeError, ValueError) as e:
             print("error:", e)
     """, timeout=120)

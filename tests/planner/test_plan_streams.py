@@ -124,7 +124,7 @@ def test_validate_agrees_with_brute_force_on_random_placements() -> None:
 
 
 def test_happens_before_matches_brute_force() -> None:
-    from torchmem import _C
+    from torchmem import _core
 
     rng = random.Random(3)
     for _ in range(30):
@@ -134,7 +134,7 @@ def test_happens_before_matches_brute_force() -> None:
             after = rng.randrange(20)
             syncs.append(Sync(a, after, b, after + rng.randint(1, 6)))
         queries = [(rng.randrange(4), rng.randrange(30), rng.randrange(4), rng.randrange(30)) for _ in range(60)]
-        got = _C.planner.happens_before([tuple(s) for s in syncs], queries)
+        got = _core.planner.happens_before([tuple(s) for s in syncs], queries)
         assert got == [brute_before(syncs, *q) for q in queries]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.trace_types import ALLOC, FREE, RANGE_OFFER, RECORDED_RETRY, SEGMENT_ADDRESS
 
 MiB = 1 << 20
@@ -17,9 +17,9 @@ GiB = 1 << 30
 BASE = 64 * GiB  # above any address the simulated device hands out by itself
 
 
-def run(conf: str, ops: list[int], sizes: list[int], addrs: list[int], follow: bool = True) -> _C.Replayer:
+def run(conf: str, ops: list[int], sizes: list[int], addrs: list[int], follow: bool = True) -> _core.Replayer:
     """A replay of these events on a 1 GiB card (id = the event's position; a FREE frees id 0)."""
-    replayer = _C.Replayer(GiB, 0, conf, 1, False, follow)
+    replayer = _core.Replayer(GiB, 0, conf, 1, False, follow)
     n = len(ops)
     ids = [0 if op == FREE else k for k, op in enumerate(ops)]
     replayer.run(np.array(ops, dtype=np.uint8), np.array(ids, dtype=np.uint64), np.array(sizes, dtype=np.uint64),
@@ -27,7 +27,7 @@ def run(conf: str, ops: list[int], sizes: list[int], addrs: list[int], follow: b
     return replayer
 
 
-def placed(replayer: _C.Replayer) -> list[int]:
+def placed(replayer: _core.Replayer) -> list[int]:
     return [b["address"] for s in replayer.segments() for b in s["blocks"] if b["allocated"]]
 
 

@@ -1,4 +1,4 @@
-"""The C++ JSON-lines reader (csrc/core/traces/jsonl_reader.h, _C.JsonlReader) against
+"""The C++ JSON-lines reader (csrc/core/traces/jsonl_reader.h, _core.JsonlReader) against
 the Python reader it replaced: json.loads of each line, then traces._parse_event.
 
 Every file is read both ways and must give the same events, or the same error
@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from torchmem import _C, traces
+from torchmem import _core, traces
 from torchmem import replay as sim
 
 ALLOC_LINE = b'{"op": "alloc", "id": 1, "size": 4096, "stream": 0}\n'
@@ -49,8 +49,8 @@ def reference(data: bytes) -> tuple[list[list[int]], str | None]:
 
 
 def read_cpp(path, buffer_bytes: int | None = None, max_events=(traces.CHUNK,)):
-    """Events and error message from _C.JsonlReader, reading max_events in turn."""
-    reader = _C.JsonlReader(str(path)) if buffer_bytes is None else _C.JsonlReader(str(path), buffer_bytes)
+    """Events and error message from _core.JsonlReader, reading max_events in turn."""
+    reader = _core.JsonlReader(str(path)) if buffer_bytes is None else _core.JsonlReader(str(path), buffer_bytes)
     columns: list[list[int]] = [[], [], [], []]
     for call in range(10**9):
         try:
@@ -182,7 +182,7 @@ TARGETS = [
 
 @pytest.mark.parametrize("target", TARGETS, ids=["plain", "escapes-crlf", "utf8-no-final-newline"])
 def test_lines_across_the_default_buffer_end_at_every_offset(tmp_path, target):
-    buffer_bytes = _C.JsonlReader.DEFAULT_BUFFER_BYTES
+    buffer_bytes = _core.JsonlReader.DEFAULT_BUFFER_BYTES
     want_target = reference(target)[0]
     tail = FILLER if target.endswith(b"\n") else b""
     for start in range(buffer_bytes - len(target) - 2, buffer_bytes + 3):
@@ -401,7 +401,7 @@ def test_mutated_lines_agree_with_json_loads(tmp_path, seed):
 def test_after_an_error_every_read_raises_it_again(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(ALLOC_LINE * 3 + b"{oops\n" + ALLOC_LINE)
-    reader = _C.JsonlReader(str(path))
+    reader = _core.JsonlReader(str(path))
     assert len(reader.read(2)[0]) == 2
     for _ in range(2):
         with pytest.raises(ValueError, match="^line 4: not JSON"):
@@ -412,21 +412,21 @@ def test_after_an_error_every_read_raises_it_again(tmp_path):
 def test_end_of_file_and_zero_events(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(ALLOC_LINE + b"\n\n")
-    reader = _C.JsonlReader(str(path))
+    reader = _core.JsonlReader(str(path))
     assert len(reader.read(0)[0]) == 0
     assert len(reader.read(5)[0]) == 1
     assert len(reader.read(5)[0]) == 0 and len(reader.read(5)[0]) == 0
     assert reader.lines == 3
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    assert len(_C.JsonlReader(str(empty)).read(5)[0]) == 0
+    assert len(_core.JsonlReader(str(empty)).read(5)[0]) == 0
 
 
 def test_files_that_cannot_be_read_raise_os_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
-        _C.JsonlReader(str(tmp_path / "missing.jsonl"))
+        _core.JsonlReader(str(tmp_path / "missing.jsonl"))
     with pytest.raises(IsADirectoryError):
-        _C.JsonlReader(str(tmp_path)).read(1)
+        _core.JsonlReader(str(tmp_path)).read(1)
     with pytest.raises(FileNotFoundError):
         list(traces.load_jsonl(str(tmp_path / "missing.jsonl")).chunks())
 

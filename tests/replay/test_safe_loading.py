@@ -15,11 +15,12 @@ import pickle
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from torchmem import _C
+from torchmem import _core
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
-from torchmem.snapshot import build_snapshot, dump_snapshot, load
+from torchmem.snapshot import dump_snapshot
+from torchmem.snapshot_format import build_snapshot, load
 from torchmem.traces import TraceError
 
 from conftest import MiB, sim_allocator
@@ -159,16 +160,16 @@ def test_the_scan_reads_arguments_not_their_bytes():
     # A string whose bytes spell a GLOBAL opcode is data; a length past the end is a truncated file.
     data = pickle.dumps({"s": "cos\nsystem\n", "b": b"\x93R"}, protocol=4)
     assert loads_plain(data) == {"s": "cos\nsystem\n", "b": b"\x93R"}
-    assert _C.scan_plain_pickle(b"\x80\x04\x8d" + (2**62).to_bytes(8, "little") + b".")[0] is False
+    assert _core.scan_plain_pickle(b"\x80\x04\x8d" + (2**62).to_bytes(8, "little") + b".")[0] is False
 
 
 def _sim_snapshot() -> tuple:
     a = sim_allocator()
-    table = _C.StackTable()
-    _C.enable_history(a, 1000, table)
+    table = _core.StackTable()
+    _core.enable_history(a, 1000, table)
     keep = [a.allocate(s) for s in (1000, 3 * MiB, 25 * MiB)]
     a.deallocate(a.allocate(5 * MiB))
-    return a, keep, build_snapshot(a.segments(), _C.history_entries(a), frames_of=table.frames)
+    return a, keep, build_snapshot(a.segments(), _core.history_entries(a), frames_of=table.frames)
 
 
 def test_torchmem_dumps_load(tmp_path):
@@ -251,7 +252,7 @@ def test_dropping_frames_changes_nothing_else(value, shared, protocol):
     if protocol == 2:
         whole = _no_bytes(whole)
     data = pickle.dumps(whole, protocol=protocol)
-    stripped = _C.strip_pickle_key(data, "frames")
+    stripped = _core.strip_pickle_key(data, "frames")
     got = loads_plain(data, "frames")
     if stripped is None:
         assert got == whole
@@ -276,7 +277,7 @@ def test_real_snapshots_replay_the_same_without_their_frames():
     for path in sorted(glob.glob(os.path.join(SNAPSHOTS, "*.pickle"))):
         with open(path, "rb") as f:
             data = f.read()
-        assert _C.strip_pickle_key(data, "frames") is not None, path  # the fast path is taken on real files
+        assert _core.strip_pickle_key(data, "frames") is not None, path  # the fast path is taken on real files
         full = pickle.loads(data)
         assert loads_plain(data, "frames") == _without_frames(full)
         fast, slow = sim.load_trace(path), snapshot_trace(full, path)
@@ -329,7 +330,7 @@ def test_snapshots_written_by_pytorchs_cuda_builds_load(tmp_path, version):
                 python=python))
     with open(path, "rb") as f:
         data = f.read()
-    assert _C.scan_plain_pickle(data)[0] and _C.strip_pickle_key(data, "frames") is not None
+    assert _core.scan_plain_pickle(data)[0] and _core.strip_pickle_key(data, "frames") is not None
     assert load(path) == pickle.loads(data)
     r = sim.replay(path)
     assert r.exact and r.recorded_oom is not None and r.recorded_oom["reproduced"]

@@ -152,7 +152,7 @@ def test_full_disk_loses_the_snapshot_not_the_oom(tmp_path):
 def test_an_observer_that_fails_never_hides_the_oom(tmp_path):
     out = last_json(run("""
         import json, torch, torchmem
-        from torchmem import _C
+        from torchmem import _C, _core
         def broken(device, info):
             raise KeyError("boom")
         torchmem.install(conf="capacity:64MiB")
@@ -233,7 +233,7 @@ def test_second_dump_on_oom_and_bad_paths(tmp_path):
         attempt("other_max_entries", lambda: torchmem.dump_on_oom({str(tmp_path / "a.pickle")!r}, max_entries=10))
         attempt("stop", lambda: torchmem.dump_on_oom(None))
         errors["dumping_after_stop"] = torchmem.oom.dumping()
-        errors["recording_after_stop"] = torchmem._C.history_enabled(torchmem.caching_allocator())
+        errors["recording_after_stop"] = torchmem._core.history_enabled(torchmem.caching_allocator())
         attempt("then_other_path", lambda: torchmem.dump_on_oom({str(tmp_path / "sub" / "b.pickle")!r}))
         errors["dumping_at_end"] = torchmem.oom.dumping()
         print(json.dumps(errors))

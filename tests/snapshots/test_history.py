@@ -2,29 +2,30 @@
 import threading
 
 import pytest
+import torch
 
-from torchmem import _C
+from torchmem import _core
 
 from conftest import MiB, sim_allocator
 
 
 def actions(allocator):
-    return [e["action"] for e in _C.history_entries(allocator)]
+    return [e["action"] for e in _core.history_entries(allocator)]
 
 
 def test_off_by_default_and_records_pytorch_actions():
     a = sim_allocator()
-    assert not _C.history_enabled(a)
+    assert not _core.history_enabled(a)
     p = a.allocate(1000)
     a.deallocate(p)
-    assert _C.history_entries(a) == []
-    _C.enable_history(a, 100)
-    assert _C.history_enabled(a)
+    assert _core.history_entries(a) == []
+    _core.enable_history(a, 100)
+    assert _core.history_enabled(a)
     p = a.allocate(1000)
     a.deallocate(p)
     a.empty_cache()
     assert actions(a) == ["alloc", "free_requested", "free_completed", "segment_free"]
-    entries = _C.history_entries(a)
+    entries = _core.history_entries(a)
     assert entries[0]["size"] == 1000 and entries[0]["addr"] == p
     assert all(e["context"] == 0 for e in entries)  # no provider
     assert [e["time_us"] for e in entries] == sorted(e["time_us"] for e in entries)
@@ -32,24 +33,24 @@ def test_off_by_default_and_records_pytorch_actions():
 
 def test_ring_keeps_the_newest_entries():
     a = sim_allocator()
-    _C.enable_history(a, 5)
+    _core.enable_history(a, 5)
     sizes = [512 * (i + 1) for i in range(10)]
     for s in sizes:
         a.deallocate(a.allocate(s))
-    entries = _C.history_entries(a)
+    entries = _core.history_entries(a)
     assert len(entries) == 5
     assert entries[-1]["action"] == "free_completed" and entries[-1]["size"] == sizes[-1]
 
 
 def test_disable_clears():
     a = sim_allocator()
-    _C.enable_history(a, 10, _C.StackTable())
+    _core.enable_history(a, 10, _core.StackTable())
     a.deallocate(a.allocate(512))
-    _C.enable_history(a, 0)
-    assert not _C.history_enabled(a)
-    assert _C.history_entries(a) == []
+    _core.enable_history(a, 0)
+    assert not _core.history_enabled(a)
+    assert _core.history_entries(a) == []
     a.deallocate(a.allocate(512))
-    assert _C.history_entries(a) == []
+    assert _core.history_entries(a) == []
 
 
 def allocate_here(a, size):
@@ -62,10 +63,10 @@ def allocate_elsewhere(a, size):
 
 def test_python_stacks_are_interned_and_named():
     a = sim_allocator()
-    table = _C.StackTable()
-    _C.enable_history(a, 1000, table)
+    table = _core.StackTable()
+    _core.enable_history(a, 1000, table)
     ptrs = [allocate_here(a, 4096) for _ in range(3)] + [allocate_elsewhere(a, 4096)]
-    allocs = [e for e in _C.history_entries(a) if e["action"] == "alloc"]
+    allocs = [e for e in _core.history_entries(a) if e["action"] == "alloc"]
     ids = [e["context"] for e in allocs]
     assert ids[0] == ids[1] == ids[2] != ids[3] and 0 not in ids
     frames = table.frames(ids[0])
@@ -77,21 +78,21 @@ def test_python_stacks_are_interned_and_named():
     assert table.frames(0) == [] and table.frames(10**9) == []
     assert len(table) == 2
     # Frees, segments: no context.
-    assert all(e["context"] == 0 for e in _C.history_entries(a) if e["action"] != "alloc")
+    assert all(e["context"] == 0 for e in _core.history_entries(a) if e["action"] != "alloc")
     for p in ptrs:
         a.deallocate(p)
 
 
 def test_stack_depth_is_capped():
     a = sim_allocator()
-    table = _C.StackTable(max_depth=3)
-    _C.enable_history(a, 10, table)
+    table = _core.StackTable(max_depth=3)
+    _core.enable_history(a, 10, table)
 
     def nest(n):
         return nest(n - 1) if n else a.allocate(512)
 
     a.deallocate(nest(20))
-    ctx = next(e["context"] for e in _C.history_entries(a) if e["action"] == "alloc")
+    ctx = next(e["context"] for e in _core.history_entries(a) if e["action"] == "alloc")
     assert len(table.frames(ctx)) == 3
 
 
@@ -99,8 +100,8 @@ def test_threads_allocating_with_stacks():
     # The provider takes the GIL from threads that released it (allocate()
     # releases it, as PyTorch's operators do): no deadlock, every id valid.
     a = sim_allocator()
-    table = _C.StackTable()
-    _C.enable_history(a, 100_000, table)
+    table = _core.StackTable()
+    _core.enable_history(a, 100_000, table)
     errors = []
 
     def worker(size):
@@ -116,7 +117,7 @@ def test_threads_allocating_with_stacks():
     for t in threads:
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in threads)
-    allocs = [e for e in _C.history_entries(a) if e["action"] == "alloc"]
+    allocs = [e for e in _core.history_entries(a) if e["action"] == "alloc"]
     assert len(allocs) == 1200
     names = {table.frames(e["context"])[0]["name"] for e in allocs}
     assert names == {"worker"}
@@ -125,10 +126,10 @@ def test_threads_allocating_with_stacks():
 
 def test_oom_entry():
     a = sim_allocator(capacity=8 * MiB)
-    _C.enable_history(a, 100)
-    with pytest.raises(_C.OutOfMemoryError):
+    _core.enable_history(a, 100)
+    with pytest.raises(torch.OutOfMemoryError):
         a.allocate(64 * MiB)
-    oom = [e for e in _C.history_entries(a) if e["action"] == "oom"]
+    oom = [e for e in _core.history_entries(a) if e["action"] == "oom"]
     assert len(oom) == 1 and oom[0]["size"] == 64 * MiB
 
 

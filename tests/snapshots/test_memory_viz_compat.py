@@ -12,9 +12,10 @@ import re
 import pytest
 from torch.cuda import _memory_viz as mv
 
-from torchmem import _C
+from torchmem import _core
 from torchmem import replay as sim
-from torchmem.snapshot import build_snapshot, dump_snapshot, snapshot_from_replay
+from torchmem.snapshot import dump_snapshot
+from torchmem.snapshot_format import build_snapshot, snapshot_from_replay
 
 from conftest import MiB, ok, run_args, run_python, sim_allocator
 
@@ -25,13 +26,13 @@ def allocate_weights(a):
 
 def snapshot_of_sim(conf=""):
     a = sim_allocator(conf=conf)
-    table = _C.StackTable()
-    _C.enable_history(a, 10_000, table)
+    table = _core.StackTable()
+    _core.enable_history(a, 10_000, table)
     keep = allocate_weights(a)
     for p in [a.allocate(s) for s in (5 * MiB, 2000, 30 * MiB)]:
         a.deallocate(p)
     a.deallocate(keep.pop(1))
-    return a, build_snapshot(a.segments(), _C.history_entries(a), frames_of=table.frames)
+    return a, build_snapshot(a.segments(), _core.history_entries(a), frames_of=table.frames)
 
 
 def oom_snapshot():
@@ -128,7 +129,8 @@ def test_installed_cpu_dump_reads_in_memory_viz(tmp_path):
     out = run_python(f"""
         import torch, torchmem
         from torch.cuda import _memory_viz as mv
-        from torchmem.snapshot import record_memory_history, dump_snapshot, load
+        from torchmem.snapshot import record_memory_history, dump_snapshot
+        from torchmem.snapshot_format import load
         torchmem.install()
         record_memory_history(max_entries=10_000)
         def layer(x):

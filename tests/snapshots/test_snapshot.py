@@ -5,9 +5,10 @@ import subprocess
 
 import pytest
 
-from torchmem import _C
+from torchmem import _core
 from torchmem import replay as sim
-from torchmem.snapshot import build_snapshot, dump_snapshot, load, snapshot_from_replay, validate_snapshot
+from torchmem.snapshot import dump_snapshot
+from torchmem.snapshot_format import build_snapshot, load, snapshot_from_replay, validate_snapshot
 from torchmem.traces import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
@@ -26,13 +27,13 @@ def make_here(a, size):
 
 def sim_snapshot(conf=""):
     a = sim_allocator(conf=conf)
-    table = _C.StackTable()
-    _C.enable_history(a, 10_000, table)
+    table = _core.StackTable()
+    _core.enable_history(a, 10_000, table)
     keep = [make_here(a, s) for s in (1000, 3 * MiB, 700 * 1024, 25 * MiB, 3 * MiB)]
     drop = [make_here(a, s) for s in (2000, 5 * MiB, 512)]
     for p in drop:
         a.deallocate(p)
-    snap = build_snapshot(a.segments(), _C.history_entries(a), frames_of=table.frames)
+    snap = build_snapshot(a.segments(), _core.history_entries(a), frames_of=table.frames)
     return a, keep, snap
 
 
@@ -182,7 +183,7 @@ def test_bad_input_names_file_and_problem(tmp_path):
 
 
 def test_both_readers_name_a_bad_entry_alike(tmp_path):
-    """The stats' reader (snapshot.load) and the replay's (load_trace) say "FILE: device D entry I" for a bad entry."""
+    """The stats' reader (snapshot_format.load) and the replay's (load_trace) say "FILE: device D entry I" for a bad entry."""
     _, _, snap = sim_snapshot()
     snap["device_traces"][0][1]["action"] = "teleport"
     path = tmp_path / "bad.pickle"
@@ -259,7 +260,8 @@ def test_installed_cpu_allocator_end_to_end(tmp_path):
     path = tmp_path / "cpu.pickle"
     code = f"""
         import torch, torchmem
-        from torchmem.snapshot import memory_snapshot, record_memory_history, dump_snapshot, load
+        from torchmem.snapshot import memory_snapshot, record_memory_history, dump_snapshot
+        from torchmem.snapshot_format import load
         from torchmem.viz.totals import totals
         torchmem.install()
         try:
@@ -360,7 +362,7 @@ def test_reads_pytorch_snapshots(tmp_path):
 
 def test_device_index_places_traces():
     a, _, _ = sim_snapshot()
-    snap = build_snapshot(a.segments(), _C.history_entries(a), device=2)
+    snap = build_snapshot(a.segments(), _core.history_entries(a), device=2)
     assert [len(t) > 0 for t in snap["device_traces"]] == [False, False, True]
     assert {s["device"] for s in snap["segments"]} == {2}
     assert timeline(snap).device == 2 and timeline(snap).reserved[-1] == totals(snap)["reserved"]
@@ -369,7 +371,7 @@ def test_device_index_places_traces():
 def test_a_replayed_pending_free_reads_as_the_snapshot_names_it(tmp_path):
     """A free still waiting for another stream's work when the snapshot was taken: PyTorch calls the block
     active_pending_free, the replay says active but not allocated; block_state names both alike."""
-    from torchmem.snapshot import block_state
+    from torchmem.snapshot_format import block_state
 
     base = 0x7F0000000000  # an address a card hands out
     entries = [

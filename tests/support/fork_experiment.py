@@ -29,11 +29,10 @@ SIZES = (1_000, 60_000, 300_000, 3_000_000)  # floats: 4 KB (small pool) to 12 M
 def churn_native(stop: threading.Event) -> None:
     """Cached malloc/free pairs in C++ with the GIL released: the allocator's
     lock is held most of the time (torchmem only)."""
-    from torchmem import _C
-
+    from torchmem import _C, _core
     allocator = _C.cpu_caching_allocator()
     while not stop.is_set():
-        _C.time_malloc_free(allocator, 4096, 2000)
+        _core.time_malloc_free(allocator, 4096, 2000)
 
 
 def churn(stop: threading.Event) -> None:

@@ -175,7 +175,7 @@ def _write_jsonl_case(path: str, rng: random.Random, kind: str, seed: int) -> di
 def readers() -> list[tuple[str, Callable[[str], Any]]]:
     """Every reader of a user's file, as the commands call them."""
     from torchmem import replay as sim
-    from torchmem.snapshot import load
+    from torchmem.snapshot_format import load
     from torchmem.viz.ranks import rank_row
     from torchmem.viz.timeline import timeline
     from torchmem.viz.totals import totals

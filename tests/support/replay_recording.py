@@ -14,8 +14,8 @@ import random
 
 import torch
 
-from torchmem import _C
-from torchmem.snapshot import build_snapshot
+from torchmem import _core
+from torchmem.snapshot_format import build_snapshot
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -43,7 +43,7 @@ def record(workload: list[tuple], conf: str = "", capacity: int = 4 * GiB, devic
     catch_oom, goes on (frees of refused ids are skipped), as a job that
     catches the error.
     """
-    allocator = _C.CachingAllocator(_C.SimDevice(capacity), conf)
+    allocator = _core.CachingAllocator(_core.SimDevice(capacity), conf)
     allocator.enable_history(1 << 22)
     if fraction < 1.0:
         allocator.set_memory_fraction(fraction)

@@ -62,10 +62,10 @@ def size(what: str, allow_zero: bool = False) -> Callable[[str], str]:
 
 def conf(text: str) -> str:
     """An option holding allocator settings in PYTORCH_CUDA_ALLOC_CONF's grammar ('' = the defaults)."""
-    from torchmem import _C
+    from torchmem import _core
 
     try:
-        _C.parse_config(text)
+        _core.parse_config(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -32,7 +32,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
-    from torchmem.snapshot import load
+    from torchmem.snapshot_format import load
     from torchmem.traces import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 

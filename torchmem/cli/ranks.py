@@ -29,8 +29,8 @@ def register(subparsers) -> None:
 
 
 def load_any(path: str) -> dict:
-    """A snapshot (pickle or JSON), checked; errors name the file (torchmem.snapshot.load)."""
-    from torchmem.snapshot import load
+    """A snapshot (pickle or JSON), checked; errors name the file (torchmem.snapshot_format.load)."""
+    from torchmem.snapshot_format import load
 
     return load(path)
 

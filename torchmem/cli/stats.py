@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.annotations import as_json, format_notes
-    from torchmem.snapshot import load
+    from torchmem.snapshot_format import load
     from torchmem.snapshot_devices import choose_device, device_segments
     from torchmem.viz.totals import format_totals, totals
 

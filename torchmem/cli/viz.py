@@ -30,7 +30,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
-    from torchmem.snapshot import load
+    from torchmem.snapshot_format import load
     from torchmem.viz.html import write_html
 
     from torchmem.snapshot_devices import choose_device

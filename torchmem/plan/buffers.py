@@ -113,11 +113,11 @@ def schedule_columns(buffers: Sequence[Buffer]) -> tuple[list[int], list[tuple[i
 def lifetimes(buffers: Iterable[Any]) -> list[Lifetime]:
     """Each buffer's lifetime ends under streams; ValueError for bad input
     (a read with no synchronisation from its producer or back to it, ...)."""
-    from torchmem import _C
+    from torchmem import _core
 
     bs = as_buffers(buffers)
     if not bs:
         return []
-    own, shared, bound, _ = _C.planner.stream_lifetimes(
+    own, shared, bound, _ = _core.planner.stream_lifetimes(
         [b.lower for b in bs], [b.upper for b in bs], [b.size for b in bs], *schedule_columns(bs))
     return [Lifetime(o, s, lo) for o, s, lo in zip(own, shared, bound)]

@@ -153,7 +153,7 @@ class GraphAnalysis:
         """A topological order with a lower peak of live bytes (least-peak-
         first, then swaps of independent neighbours); returns (order,
         peak before, peak after). Workspaces are not part of the model."""
-        from torchmem import _C
+        from torchmem import _core
 
         n = len(self.names)
         out_bytes = [0] * n
@@ -169,7 +169,7 @@ class GraphAnalysis:
         edges += [(v, sink) for v in range(n)]
         out_bytes.append(0)
         users.append([])
-        order, before, after = _C.planner.schedule(n + 1, edges, out_bytes, [sorted(set(u)) for u in users],
+        order, before, after = _core.planner.schedule(n + 1, edges, out_bytes, [sorted(set(u)) for u in users],
                                                     self.graph_order + [sink])
         order = [v for v in order if v != sink]
         return order, self.peak(self.graph_order), self.peak(order)

@@ -182,7 +182,7 @@ def pipeline(graph: Any, *example_inputs: Any, stages: int = 2, in_flight: int =
     1, a cut that breaks a dependency (naming the node), a stage without
     nodes, bad costs, and what ``solve`` rejects.
     """
-    from torchmem import _C
+    from torchmem import _core
 
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
         raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
@@ -207,7 +207,7 @@ def pipeline(graph: Any, *example_inputs: Any, stages: int = 2, in_flight: int =
     stage_of = _per_node(cut, names, "cut", lambda out, v: out[v - 1] if v > 0 else 0)
     stage_of = [_stage_value(s, names[v]) for v, s in enumerate(stage_of)] if stage_of is not None else []
     columns = graph_columns(a)
-    r = _C.planner.plan_pipeline(names, costs, *columns, stages, in_flight, stage_of, method, float(time_limit),
+    r = _core.planner.plan_pipeline(names, costs, *columns, stages, in_flight, stage_of, method, float(time_limit),
                                  alignment, steady_items)
     bnames, producer, readers, returned, size, _ = columns
     whole = [Buffer(n, producer[b], (len(names) + 1) if returned[b] else max([producer[b]] + readers[b]) + 1,

@@ -15,9 +15,9 @@ ProgressFn = Callable[[float, int, int, str], None]
 
 
 def _core():
-    from torchmem import _C
+    from torchmem import _core
 
-    return _C.planner
+    return _core.planner
 
 
 def _columns(buffers: list[Buffer]) -> tuple[list[int], list[int], list[int]]:

@@ -28,13 +28,13 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from torchmem import _C
+from torchmem import _core
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "oom")
-MIN_BLOCK = _C.rules.MIN_BLOCK_SIZE  # kMinBlockSize
-SMALL_SIZE = _C.rules.SMALL_SIZE  # kSmallSize: requests up to this go to the small pool
-SMALL_BUFFER = _C.rules.SMALL_BUFFER  # kSmallBuffer: the small pool's segment size
+MIN_BLOCK = _core.rules.MIN_BLOCK_SIZE  # kMinBlockSize
+SMALL_SIZE = _core.rules.SMALL_SIZE  # kSmallSize: requests up to this go to the small pool
+SMALL_BUFFER = _core.rules.SMALL_BUFFER  # kSmallBuffer: the small pool's segment size
 
 
 @dataclass(frozen=True)

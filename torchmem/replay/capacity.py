@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from torchmem import _C
+from torchmem import _core
 
 DEFAULT_CAPACITY = 80 << 30  # when nothing tells the card: an 80 GiB GPU
-SMALL_PAGE = _C.rules.SMALL_BUFFER  # the small pool's segments and expandable pages
-LARGE_PAGE = _C.rules.LARGE_BUFFER  # the default large_segment_size
+SMALL_PAGE = _core.rules.SMALL_BUFFER  # the small pool's segments and expandable pages
+LARGE_PAGE = _core.rules.LARGE_BUFFER  # the default large_segment_size
 # The address range PyTorch reserves for one expandable segment on a card of `capacity` bytes (the core's rule).
-range_size = _C.rules.expandable_range_size
+range_size = _core.rules.expandable_range_size
 # What PyTorch asks the device for to serve a rounded request (get_allocation_size: the core's rule).
-segment_request = _C.rules.allocation_size
+segment_request = _core.rules.allocation_size
 
 
 def largest_capacity_within(gap: int, small_gap: int | None = None) -> int:

@@ -1,10 +1,10 @@
 """Fields of snapshot entries: the checks every reader of a snapshot shares."""
 from __future__ import annotations
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.trace_types import TraceError
 
-SMALL_SEGMENT = _C.rules.SMALL_BUFFER  # the native allocator's small-pool segments; large ones are never this size
+SMALL_SEGMENT = _core.rules.SMALL_BUFFER  # the native allocator's small-pool segments; large ones are never this size
 LIVE_STATES = ("active_allocated", "active_pending_free")
 
 

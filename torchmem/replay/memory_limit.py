@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import math
 from typing import Sequence
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.replay.capacity import SMALL_PAGE, segment_request
 from torchmem.replay.release_runs import ALLOCATOR, ReleaseRun
 
@@ -85,7 +85,7 @@ def bounds(creations: list[tuple[int, int]], ooms: list[tuple[int, int, int]],
     untold = []
     for k, (reserved, size, device_free) in enumerate(ooms):
         need = segment_request(size, large_segment_size)
-        page = SMALL_PAGE if size <= _C.rules.SMALL_SIZE else large_segment_size
+        page = SMALL_PAGE if size <= _core.rules.SMALL_SIZE else large_segment_size
         known = map_bytes[k] if maps_pages and k < len(map_bytes) else None
         device_need = known if known is not None else -(-need // page) * page if maps_pages else need
         if device_free >= device_need:  # the card had room: the allocator's own limit refused
@@ -175,7 +175,7 @@ def conf_fraction(conf: str) -> float | None:
     """The per_process_memory_fraction of a config string as the core reads it; None for none, or for 1 (no
     limit, as PyTorch sets one only below 1), or for a string the core refuses."""
     try:
-        fraction = _C.rules.config_fields(conf)["per_process_memory_fraction"]
+        fraction = _core.rules.config_fields(conf)["per_process_memory_fraction"]
     except ValueError:
         return None
     return fraction if fraction < 1.0 else None

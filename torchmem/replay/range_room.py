@@ -15,7 +15,7 @@ The trace shows the maps and unmaps, and the live blocks. An alloc entry
 holds the bytes asked for, not the block's size; under expandable segments
 a block is always split off the start of its free block (should_split: any
 remainder of min_block_size or more), so its size is PyTorch's round_size
-of those bytes (_C.rules.round_sizes, from the core). `RangeRoom` takes
+of those bytes (_core.rules.round_sizes, from the core). `RangeRoom` takes
 each live block at that size, and a start block at the size the start state
 gives it. A block whose free waits on an event counts as live until its
 free completes. The candidate then maps the unmapped pages under what the
@@ -33,14 +33,14 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import TracePass
 from torchmem.trace_types import (ALLOC, FAILED_ALLOC, FREE, FREE_AT_SYNC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS,
                                   SURVIVED_FAILED_ALLOC)
 
-SMALL_REQUEST = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
+SMALL_REQUEST = _core.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool
 ALLOCATING = (ALLOC, FAILED_ALLOC, SURVIVED_FAILED_ALLOC)  # ops that settle the device's offers (Replayer::allocate)
 
 
@@ -193,7 +193,7 @@ class RangeRoom:
         small = size <= SMALL_REQUEST
         mine = sorted((r for r in self.ranges if r.key == (self.pools[pos], stream, small)), key=lambda r: r.base)
         inside = [(a, n) for a, n in self.live.values() if any(r.base <= a < r.end for r in mine)]
-        rounded = _C.rules.round_sizes([n for _, n in inside] + [size], self.conf)
+        rounded = _core.rules.round_sizes([n for _, n in inside] + [size], self.conf)
         blocks = sorted((a, a + n) for (a, _), n in zip(inside, rounded))
         return _placement(mine, blocks, rounded[-1], self.sizes[small], SMALL_PAGE if small else self.large_page)
 

@@ -60,7 +60,7 @@ completed inside the release).
 """
 from __future__ import annotations
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.replay.memory_limit import conf_fraction
 from torchmem.replay.release_runs import ALLOCATOR, PROGRAM, ReleaseRun
 
@@ -96,7 +96,7 @@ def recorded_retries(retry_releases: list[ReleaseRun], conf: str, start_reserved
     counts none. `collector_limit`: the memory fraction's limit, when
     garbage_collection_threshold acts on it.
     """
-    settings = _C.rules.config_fields(conf or "")
+    settings = _core.rules.config_fields(conf or "")
     max_split = settings["max_split_size"]
     threshold = _collector_threshold(settings, collector_limit)
     retried = []
@@ -133,14 +133,14 @@ def unsettled_runs(runs: list[ReleaseRun], conf: str, fraction_configured: bool)
     may have been the collector's.
     tests/support/indistinguishable.py holds a pair of native runs for each.
     """
-    if _C.rules.config_fields(conf or "")["garbage_collection_threshold"] and not fraction_configured:
+    if _core.rules.config_fields(conf or "")["garbage_collection_threshold"] and not fraction_configured:
         return [run for run in runs if run.origin != PROGRAM]
     return [run for run in runs if run.origin is None]
 
 
 def _second_step(run: ReleaseRun, max_split: int, expandable: bool) -> bool:
     """Whether release_available_cached_blocks alone made this run (see the module's docstring)."""
-    if run.new_segment == _C.rules.SMALL_BUFFER:
+    if run.new_segment == _core.rules.SMALL_BUFFER:
         return False  # it searches the request's pool, and the small pool has no block of max_split_size
     if any(size < max_split for size in run.sizes):
         return False

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
 from torchmem.traces import Trace, TraceError, from_events, load_trace
@@ -208,7 +208,7 @@ def as_trace(trace: Trace | str | Iterable[dict], device: int | None = None, ski
 
 def normalize_conf(conf: str) -> str:
     """The config with only the keys that differ from the defaults, in a fixed order."""
-    return _C.parse_config(conf)
+    return _core.parse_config(conf)
 
 
 def replay(
@@ -269,7 +269,7 @@ def replay(
             conf, conf_source = "", "default"
     if not isinstance(conf, str):
         raise TypeError(f"conf must be a string like 'expandable_segments:True', not {type(conf).__name__}")
-    _C.parse_config(conf)  # validates; names the bad key
+    _core.parse_config(conf)  # validates; names the bad key
     conf = conf.strip()
     if follow_recording is None:
         follow_recording = recorded is not None and normalize_conf(conf) == normalize_conf(recorded.conf or "")
@@ -278,7 +278,7 @@ def replay(
     others = parse_bytes(in_use_by_others or 0, "in_use_by_others", allow_zero=True)
     if others >= capacity:
         raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
-    replayer = _C.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)
+    replayer = _core.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)
     if replayer.policy != "native":
         follow_recording = False  # the stitch policy places blocks its own way: nothing recorded to follow
     if history:

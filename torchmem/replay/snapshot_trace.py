@@ -35,7 +35,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.pytorch_env import conf_items, recorded_conf_string
 from torchmem.annotations import annotation_entries, metadata_values
 from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_spacing, card_of, expandable_capacity,
@@ -193,7 +193,7 @@ RETRY_GUESS = "whether a run of releases before a new segment was an allocation 
 
 def large_segment_size(conf: str) -> int:
     """The large pool's segment size under a config (large_segment_size_mb, else 20 MiB), as the core reads it."""
-    return _C.rules.config_fields(conf or "")["large_segment_size"]
+    return _core.rules.config_fields(conf or "")["large_segment_size"]
 
 
 def _conf_only_items(conf: Any) -> list[str]:
@@ -209,7 +209,7 @@ def _conf_only_items(conf: Any) -> list[str]:
         key, value = key.strip(), value.strip()
         if key in CONF_ONLY_KEYS and not any(o.startswith(key + ":") for o in out):
             try:
-                _C.parse_config(f"{key}:{value}")
+                _core.parse_config(f"{key}:{value}")
             except ValueError:
                 continue
             out.append(f"{key}:{value}")
@@ -262,7 +262,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     oom = None
     ooms = [{"index": o.index, "entry": o.entry, "size": o.size, "stream": o.stream, "device_free": o.device_free,
              "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
-    expandable = _C.rules.config_fields(conf or "")["expandable_segments"]
+    expandable = _core.rules.config_fields(conf or "")["expandable_segments"]
     peak_reserved = start.reserved + b.reserved_peak
     held = 0
     if ooms:
@@ -289,7 +289,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
         fit_between(start.ranges, capacity)  # as rebuild_start_state does with an OOM's card
     needs = _creation_needs(b, large_segment_size(conf or ""))
     creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
-    collects = _C.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
+    collects = _core.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
     refusals = refused_retries(_asking(b.retry_releases, needs), start.reserved,
                                capacity - held if ooms else None, collects)
     retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))

@@ -439,12 +439,12 @@ def fix_block_sizes(start: StartState, conf: str, where: str, skip: bool) -> int
     and the count of such segments is returned.
     """
     dropped = 0
-    from torchmem import _C
+    from torchmem import _core
 
     for r in list(start.ranges):
         runs_end = max(a + size for a, size in r.runs)
         capacity = max(runs_end - r.base, sum(size for _, size in r.runs)) + LARGE_PAGE
-        probe = _C.Replayer(capacity, 0, conf)
+        probe = _core.Replayer(capacity, 0, conf)
         try:
             probe.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids)
         except ValueError as exc:
@@ -459,7 +459,7 @@ def fix_block_sizes(start: StartState, conf: str, where: str, skip: bool) -> int
     for seg in start.segments:
         if all(size for _, size, _ in seg.blocks):
             continue
-        probe = _C.Replayer(seg.size + SMALL_PAGE, 0, conf)
+        probe = _core.Replayer(seg.size + SMALL_PAGE, 0, conf)
         try:
             probe.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids)
         except ValueError as exc:

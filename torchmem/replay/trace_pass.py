@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, NamedTuple
 
-from torchmem import _C
+from torchmem import _core
 from torchmem.replay.entries import int_field
 from torchmem.replay.release_runs import ALLOCATOR, NO_SEGMENT, PROGRAM, ReleaseRun, python_stack, release_origin
 from torchmem.replay.sync_frees import SyncFrees
@@ -185,7 +185,7 @@ def _free_action(entries: list, segments: Any) -> str:
 
 def _replays_two_step_frees() -> bool:
     """Whether the loaded extension knows FREE_REQUESTED; one built before it frees at free_completed alone."""
-    return getattr(_C, "replay_op_count", 0) > FREE_REQUESTED
+    return getattr(_core, "replay_op_count", 0) > FREE_REQUESTED
 
 
 def pool_id_field(value: Any) -> tuple[int, int] | None:

@@ -24,10 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-from torchmem import _C
+from torchmem import _core
 
-MIN_BLOCK = _C.rules.MIN_BLOCK_SIZE
-SMALL_SIZE = _C.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
+MIN_BLOCK = _core.rules.MIN_BLOCK_SIZE
+SMALL_SIZE = _core.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
 
 
 @dataclass
