@@ -35,7 +35,7 @@ def env_for(tree: str) -> dict[str, str]:
 
 def time_once(tree: str, argv: list[str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "torchmem", *argv], env=env_for(tree), capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "torchmem", *argv], env=env_for(tree), cwd=tree, capture_output=True,
                           text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
@@ -45,7 +45,7 @@ def time_once(tree: str, argv: list[str]) -> float:
 
 
 def imports_torch(tree: str, argv: list[str]) -> bool:
-    proc = subprocess.run([sys.executable, "-c", TORCH_IMPORTED, *argv], env=env_for(tree), capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", TORCH_IMPORTED, *argv], env=env_for(tree), cwd=tree, capture_output=True,
                           text=True)
     return proc.stderr.strip().splitlines()[-1] == "True"
 
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    commands = {"--help": ["--help"], "replay": ["replay", "--no-progress", args.snapshot]}
+    commands = {"--help": ["--help"], "replay": ["replay", "--no-progress", os.path.abspath(args.snapshot)]}
     times: dict[tuple[str, str], list[float]] = {(t, c): [] for t in args.trees for c in commands}
     for name, argv in commands.items():  # one warm-up each: the page cache holds the files for every round
         for tree in args.trees:
