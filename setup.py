@@ -5,9 +5,9 @@
 Two extensions: torchmem._core (the C++ core and its bindings) links no torch,
 so the command line's file tools run without importing it; torchmem._C (the
 glue that swaps PyTorch's allocators) links that torch's libraries and _core.
-_C must be built with that very torch. pyproject.toml therefore lists no torch among its build requirements: a
-build under pip's build isolation sees no torch and stops at once, saying what
-to type. The package's metadata pins the torch it was built against.
+_C must be built with that very torch. pyproject.toml therefore lists no torch
+among its build requirements: a build under pip's build isolation sees no torch
+and stops at once, saying what to type. The package's metadata pins the torch it was built against.
 
 The CUDA glue (csrc/cuda, csrc/torch/cuda_*) is compiled when torch is a CUDA
 build. It is plain C++ (no .cu files, so no nvcc): it needs only the CUDA
