@@ -145,10 +145,14 @@ test-cpu-tier: $(CUDA_BUILD)/.built
 # and preflight runs from it with no TORCHMEM_* variable. Several minutes, mostly pip unpacking the CUDA torches;
 # CI runs it.
 # pytest itself runs on the checkout's fake GPU (the tier's conftest asks for it); the venvs' commands get none
-# of its variables.
-test-install: $(VENV)/.built $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
-	$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH)
-	$(FAKEGPU_ENV) TORCHMEM_INSTALL_TESTS=1 $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
+# of its variables. INSTALL_FLAVOURS picks some of the three: CI runs `cuda cpu`, then, with .venv-cuda gone,
+# `make test-install FAKEGPU_TORCH=2.6.0 INSTALL_FLAVOURS=cuda12`, so that one CUDA torch is on disk at a time.
+INSTALL_FLAVOURS ?= cuda cuda12 cpu
+
+test-install: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built $(if $(filter cpu,$(INSTALL_FLAVOURS)),$(VENV)/.built)
+	$(if $(filter cuda12,$(INSTALL_FLAVOURS)),$(MAKE) .venv-cuda-$(FAKEGPU12_TORCH)/.deps FAKEGPU_TORCH=$(FAKEGPU12_TORCH))
+	$(FAKEGPU_ENV) TORCHMEM_INSTALL_TESTS=1 TORCHMEM_INSTALL_FLAVOURS="$(INSTALL_FLAVOURS)" \
+	  $(CUDA_PY) -m torchmem.fakegpu -- $(CUDA_PY) -m pytest -q tests/fakegpu/test_install_wheel.py
 
 test-fakegpu: $(FAKEGPU_LIBS) $(CUDA_BUILD)/.built
 	rm -f $(CUDA_BUILD)/unimplemented.log
