@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def generate(path: str, entries: int, frames: int, seed: int = 0) -> dict:
     from torchmem import _core
-    from torchmem.snapshot_format import build_snapshot
+    from torchmem.formats.snapshot_format import build_snapshot
 
     rng = random.Random(seed)
     a = _core.CachingAllocator(_core.SimDevice(80 << 30), "")

@@ -264,7 +264,7 @@ def replay_comparison(history: list[dict]) -> list[dict]:
         import pickle
 
         from torchmem import replay as sim
-        from torchmem.snapshot_format import block_state
+        from torchmem.formats.snapshot_format import block_state
     except Exception as e:  # a build without the replayer, or without numpy
         return [{"error": f"replay unavailable: {type(e).__name__}: {e}"}]
     rows = []

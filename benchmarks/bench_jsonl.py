@@ -24,9 +24,9 @@ import time
 
 import numpy as np
 
-from torchmem import traces
+from torchmem.formats import traces
 from torchmem import replay as sim
-from torchmem.traces import Chunk, Trace
+from torchmem.formats.traces import Chunk, Trace
 
 WINDOW = 2000
 SIZES = np.array([512, 4096, 65536, 1 << 20, 3 << 20, 12 << 20, 40 << 20, 64 << 20], dtype=np.uint64)

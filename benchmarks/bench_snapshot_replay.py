@@ -29,7 +29,7 @@ import torch
 from torchmem import _core
 from torchmem import replay as sim
 from torchmem.replay import advise
-from torchmem.snapshot_format import build_snapshot
+from torchmem.formats.snapshot_format import build_snapshot
 
 
 def write_snapshot(path: str, entries: int) -> int:

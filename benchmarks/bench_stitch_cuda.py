@@ -102,7 +102,7 @@ def main() -> int:
 
     from torchmem import _C
     from torchmem import replay as sim
-    from torchmem.traces import from_events
+    from torchmem.formats.traces import from_events
 
     if not torch.cuda.is_available() or not hasattr(_C, "cuda_time_page_calls"):
         print("bench_stitch_cuda: needs a GPU and a CUDA build of torchmem", file=sys.stderr)

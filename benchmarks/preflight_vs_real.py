@@ -164,7 +164,7 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
              reuse: bool = False) -> dict[str, Any]:
     from torchmem.preflight import PreflightError, run_command
     from torchmem.preflight.compare import Peaks, compare
-    from torchmem.traces import TraceError, load_snapshot
+    from torchmem.formats.traces import TraceError, load_snapshot
 
     name = case["name"]
     folder = out / name

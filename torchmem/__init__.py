@@ -32,7 +32,7 @@ _HOMES = {
                         "reset_peak_memory_stats", "set_per_process_memory_fraction"),
     "torchmem.summary": ("memory_summary",),
     "torchmem.snapshot": ("dump_snapshot", "memory_snapshot", "record_memory_history"),
-    "torchmem.snapshot_format": ("snapshot_from_replay",),
+    "torchmem.formats.snapshot_format": ("snapshot_from_replay",),
     "torchmem.arena": ("Arena", "ArenaEscapeError", "arena"),
     "torchmem.paged": ("OutOfBlocksError", "PagedKVCache"),
     "torchmem.planned": ("forget", "fragmentation_watch", "planned", "planned_step"),
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from torchmem.paged import OutOfBlocksError, PagedKVCache
     from torchmem.planned import forget, fragmentation_watch, planned, planned_step
     from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history
-    from torchmem.snapshot_format import snapshot_from_replay
+    from torchmem.formats.snapshot_format import snapshot_from_replay
     from torchmem.summary import memory_summary
 
 

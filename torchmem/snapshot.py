@@ -18,7 +18,7 @@ from the history (the stack of the allocation that made it), so blocks
 allocated before the oldest entry still in the ring have none.
 
 Reading, checking and building snapshot files needs no torch:
-torchmem.snapshot_format.
+torchmem.formats.snapshot_format.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from torchmem import _core
 from torchmem.devices import caching_allocator, device_name
-from torchmem.snapshot_format import build_snapshot
+from torchmem.formats.snapshot_format import build_snapshot
 
 __all__ = ["dump_snapshot", "memory_snapshot", "record_memory_history"]
 

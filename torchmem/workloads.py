@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from torchmem.traces import Trace, from_events
+from torchmem.formats.traces import Trace, from_events
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from torchmem import _core, workloads
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise
-from torchmem.snapshot_format import snapshot_from_replay, validate_snapshot
+from torchmem.formats.snapshot_format import snapshot_from_replay, validate_snapshot
 
 PAGE = 2 * MiB
 
@@ -270,7 +270,7 @@ def test_advise_offers_the_policy_next_to_pytorch_settings():
 
 def test_cli_advise_and_compare(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
-    from torchmem.traces import write_jsonl
+    from torchmem.formats.traces import write_jsonl
 
     write_jsonl(workloads.fragmenting_training(), str(path))
     assert main(["advise", str(path), "--capacity", "80GiB", "--no-progress"]) == 0

@@ -58,7 +58,7 @@ def test_the_page_has_a_viewport_meta_tag():
 @pytest.mark.parametrize("name", ["HugePandaCoder__octree-nca-groupeq__0072096f_my_snapshot.pickle",
                                   "Maphsge4__select_n__5a601013_snapshot.pickle"])
 def test_on_real_snapshots_viz_and_ranks_name_the_same_sites(name):
-    from torchmem.snapshot_format import load
+    from torchmem.formats.snapshot_format import load
 
     snap = load(os.path.join(SNAPSHOTS, name))
     shown = site_rows(render_html(snap))[:5]

@@ -370,7 +370,7 @@ def replay_problems(path, capacity: int, peaks: list | None = None, conf: str | 
     with open(path, "rb") as f:
         snapshot = pickle.load(f)
 
-    from torchmem.snapshot_format import block_state
+    from torchmem.formats.snapshot_format import block_state
 
     def layout(segments):
         return sorted((s["address"], s["total_size"], tuple(

@@ -26,10 +26,10 @@ from helpers import run_json
 from tests.support.replay_recording import random_workload
 from tests.support.subprocess_runner import ok, run_torchmem
 from torchmem import replay as sim
-from torchmem.snapshot_format import snapshot_from_replay
+from torchmem.formats.snapshot_format import snapshot_from_replay
 from tests.support import oracle
 from torchmem.replay.memory_limit import conf_fraction
-from torchmem.traces import TraceError
+from torchmem.formats.traces import TraceError
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -17,7 +17,8 @@ import torch
 import torchmem
 import torchmem.cuda
 from conftest import run_python
-from torchmem import _core, traces
+from torchmem import _core
+from torchmem.formats import traces
 from torchmem import replay as sim
 from torchmem.cli import main as cli_main
 from torchmem.cuda import CUDANotBuiltError, cuda_glue_built

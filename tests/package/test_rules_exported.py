@@ -36,7 +36,7 @@ def test_an_expandable_range_is_nine_eighths_of_the_card_in_whole_pages():
 
 
 def test_the_op_codes_are_the_replayers():
-    from torchmem import trace_types
+    from torchmem.formats import trace_types
 
     ops = _core.rules.REPLAY_OPS
     assert sorted(ops.values()) == list(range(_core.replay_op_count))
@@ -45,7 +45,7 @@ def test_the_op_codes_are_the_replayers():
 
 def test_the_python_replay_holds_no_copy_of_a_size_rule_or_op_code():
     """No MiB literal of the allocator's sizes and no op-code numbers in the replay's Python."""
-    files = [*sorted((ROOT / "torchmem" / "replay").glob("*.py")), ROOT / "torchmem" / "trace_types.py"]
+    files = [*sorted((ROOT / "torchmem" / "replay").glob("*.py")), ROOT / "torchmem" / "formats" / "trace_types.py"]
     copies = []
     for path in files:
         for n, line in enumerate(path.read_text().splitlines(), 1):

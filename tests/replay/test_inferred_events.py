@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from torchmem import _core
-from torchmem.trace_types import ALLOC, FREE, RANGE_OFFER, RECORDED_RETRY, SEGMENT_ADDRESS
+from torchmem.formats.trace_types import ALLOC, FREE, RANGE_OFFER, RECORDED_RETRY, SEGMENT_ADDRESS
 
 MiB = 1 << 20
 GiB = 1 << 30

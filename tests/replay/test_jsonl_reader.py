@@ -14,7 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from torchmem import _core, traces
+from torchmem import _core
+
+from torchmem.formats import traces
 from torchmem import replay as sim
 
 ALLOC_LINE = b'{"op": "alloc", "id": 1, "size": 4096, "stream": 0}\n'

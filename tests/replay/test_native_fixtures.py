@@ -16,7 +16,7 @@ import pytest
 from tests.support.replay_recording import segment_layout
 from torchmem import replay as sim
 from torchmem.replay import snapshot_trace
-from torchmem.snapshot_format import snapshot_from_replay
+from torchmem.formats.snapshot_format import snapshot_from_replay
 
 FIXTURES = sorted((Path(__file__).parents[1] / "data" / "native").glob("*.json.gz"))
 

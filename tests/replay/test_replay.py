@@ -14,7 +14,7 @@ import pytest
 
 from torchmem import _C, workloads
 from torchmem import replay as sim
-from torchmem.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
+from torchmem.formats.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
 
 from conftest import GiB, MiB, ok, torchmem_here, sim_allocator
 

@@ -20,9 +20,9 @@ from tests.support.replay_recording import (
     GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout,
 )
 from torchmem import replay as sim
-from torchmem.snapshot_format import snapshot_from_replay
+from torchmem.formats.snapshot_format import snapshot_from_replay
 from torchmem.replay.memory_limit import conf_fraction
-from torchmem.traces import TraceError
+from torchmem.formats.traces import TraceError
 
 
 def write(tmp_path, snapshot, name="snap.pickle"):

@@ -8,7 +8,7 @@ tests/fakegpu/fixed/expandable-failed-map.json, run on the fake GPU.
 from __future__ import annotations
 
 from torchmem.replay.trace_pass import BadEntries, run_pass
-from torchmem.trace_types import RELEASE_SEGMENT
+from torchmem.formats.trace_types import RELEASE_SEGMENT
 
 MiB = 1 << 20
 RANGE = 0x7F0000000000  # stream 0's range

@@ -1,4 +1,4 @@
-"""A snapshot is data, never code (torchmem/safe_pickle.py, csrc/core/traces/pickle_scan.h).
+"""A snapshot is data, never code (torchmem/formats/safe_pickle.py, csrc/core/traces/pickle_scan.h).
 
 Hostile pickles are refused by every reader and run nothing; every plain
 pickle (any protocol) loads as pickle.load would; real snapshots, PyTorch's
@@ -18,10 +18,10 @@ from hypothesis import given, settings, strategies as st
 from torchmem import _core
 from torchmem import replay as sim
 from torchmem.cli import main
-from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
+from torchmem.formats.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
 from torchmem.snapshot import dump_snapshot
-from torchmem.snapshot_format import build_snapshot, load
-from torchmem.traces import TraceError
+from torchmem.formats.snapshot_format import build_snapshot, load
+from torchmem.formats.traces import TraceError
 
 from conftest import MiB, sim_allocator
 

@@ -9,7 +9,7 @@ tests/fakegpu/fixed/sync-free-before-oom.json, run on the fake GPU.
 from __future__ import annotations
 
 from torchmem.replay.trace_pass import BadEntries, run_pass
-from torchmem.trace_types import FREE, FREE_AT_SYNC
+from torchmem.formats.trace_types import FREE, FREE_AT_SYNC
 
 MiB = 1 << 20
 BASE = 0x7F0000000000

@@ -15,7 +15,7 @@ from torch.cuda import _memory_viz as mv
 from torchmem import _core
 from torchmem import replay as sim
 from torchmem.snapshot import dump_snapshot
-from torchmem.snapshot_format import build_snapshot, snapshot_from_replay
+from torchmem.formats.snapshot_format import build_snapshot, snapshot_from_replay
 
 from conftest import MiB, ok, run_args, run_python, sim_allocator
 
@@ -130,7 +130,7 @@ def test_installed_cpu_dump_reads_in_memory_viz(tmp_path):
         import torch, torchmem
         from torch.cuda import _memory_viz as mv
         from torchmem.snapshot import record_memory_history, dump_snapshot
-        from torchmem.snapshot_format import load
+        from torchmem.formats.snapshot_format import load
         torchmem.install()
         record_memory_history(max_entries=10_000)
         def layer(x):

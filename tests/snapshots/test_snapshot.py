@@ -8,8 +8,8 @@ import pytest
 from torchmem import _core
 from torchmem import replay as sim
 from torchmem.snapshot import dump_snapshot
-from torchmem.snapshot_format import build_snapshot, load, snapshot_from_replay, validate_snapshot
-from torchmem.traces import TraceError
+from torchmem.formats.snapshot_format import build_snapshot, load, snapshot_from_replay, validate_snapshot
+from torchmem.formats.traces import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
 
@@ -261,7 +261,7 @@ def test_installed_cpu_allocator_end_to_end(tmp_path):
     code = f"""
         import torch, torchmem
         from torchmem.snapshot import memory_snapshot, record_memory_history, dump_snapshot
-        from torchmem.snapshot_format import load
+        from torchmem.formats.snapshot_format import load
         from torchmem.viz.totals import totals
         torchmem.install()
         try:
@@ -371,7 +371,7 @@ def test_device_index_places_traces():
 def test_a_replayed_pending_free_reads_as_the_snapshot_names_it(tmp_path):
     """A free still waiting for another stream's work when the snapshot was taken: PyTorch calls the block
     active_pending_free, the replay says active but not allocated; block_state names both alike."""
-    from torchmem.snapshot_format import block_state
+    from torchmem.formats.snapshot_format import block_state
 
     base = 0x7F0000000000  # an address a card hands out
     entries = [

@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.subprocess_runner import ok, torchmem_here
 from torchmem.replay import replay
-from torchmem.snapshot_format import load, snapshot_from_replay
+from torchmem.formats.snapshot_format import load, snapshot_from_replay
 
 MiB = 1 << 20
 BASE = 1 << 40

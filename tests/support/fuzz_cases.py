@@ -175,7 +175,7 @@ def _write_jsonl_case(path: str, rng: random.Random, kind: str, seed: int) -> di
 def readers() -> list[tuple[str, Callable[[str], Any]]]:
     """Every reader of a user's file, as the commands call them."""
     from torchmem import replay as sim
-    from torchmem.snapshot_format import load
+    from torchmem.formats.snapshot_format import load
     from torchmem.viz.ranks import rank_row
     from torchmem.viz.timeline import timeline
     from torchmem.viz.totals import totals
@@ -203,7 +203,7 @@ def readers() -> list[tuple[str, Callable[[str], Any]]]:
         import io
 
         from torchmem.cli import main
-        from torchmem.traces import TraceError
+        from torchmem.formats.traces import TraceError
 
         err, out = io.StringIO(), io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -225,7 +225,7 @@ class Failure(Exception):
 
 def check_case(path: str, time_limit: float = 60.0) -> dict[str, str]:
     """Run every reader on `path`: {reader: "ok" | "TraceError"}; Failure for anything else."""
-    from torchmem.traces import TraceError
+    from torchmem.formats.traces import TraceError
 
     out = {}
     for name, read in readers():

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from torchmem import fakegpu
-from torchmem.snapshot_format import block_state
+from torchmem.formats.snapshot_format import block_state
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the checkout: the oracle child runs as tests.support.oracle_child
 

@@ -15,7 +15,7 @@ import random
 import torch
 
 from torchmem import _core
-from torchmem.snapshot_format import build_snapshot
+from torchmem.formats.snapshot_format import build_snapshot
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -10,7 +10,7 @@ from torchmem.sizes import fmt_size, size_reading
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import TRACE_FORMATS
+    from torchmem.formats.input_files import TRACE_FORMATS
 
     p = subparsers.add_parser(
         "advise",

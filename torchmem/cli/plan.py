@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from torchmem.traces import ArgumentError
+from torchmem.formats.traces import ArgumentError
 
 
 def register(subparsers) -> None:
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from torchmem.input_files import open_head
+    from torchmem.formats.input_files import open_head
 
     head = open_head(args.file)  # a missing file, a directory, no permission, an empty file: one line each
     if args.file.endswith(".pt2"):
@@ -49,7 +49,7 @@ def run(args) -> int:
 
 def _check_csv_head(path: str, head: bytes) -> None:
     """A CSV is text: say what a pickle, a .pt2 (zip) or other binary file given instead is."""
-    from torchmem.traces import TraceError
+    from torchmem.formats.traces import TraceError
 
     what = ("a pickle (a memory snapshot? torchmem replay and advise read those)" if head[:1] == b"\x80" else
             "a zip archive (an exported model? plan reads it from a file named .pt2)" if head[:2] == b"PK" else

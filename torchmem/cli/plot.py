@@ -8,7 +8,7 @@ import sys
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import SNAPSHOT_FORMATS
+    from torchmem.formats.input_files import SNAPSHOT_FORMATS
 
     p = subparsers.add_parser(
         "plot",
@@ -32,8 +32,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
-    from torchmem.snapshot_format import load
-    from torchmem.traces import TraceError
+    from torchmem.formats.snapshot_format import load
+    from torchmem.formats.traces import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 
     from torchmem.progress import activity

@@ -7,7 +7,7 @@ import json
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import SNAPSHOT_FORMATS
+    from torchmem.formats.input_files import SNAPSHOT_FORMATS
 
     p = subparsers.add_parser(
         "ranks",
@@ -29,8 +29,8 @@ def register(subparsers) -> None:
 
 
 def load_any(path: str) -> dict:
-    """A snapshot (pickle or JSON), checked; errors name the file (torchmem.snapshot_format.load)."""
-    from torchmem.snapshot_format import load
+    """A snapshot (pickle or JSON), checked; errors name the file (torchmem.formats.snapshot_format.load)."""
+    from torchmem.formats.snapshot_format import load
 
     return load(path)
 

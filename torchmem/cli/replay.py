@@ -10,7 +10,7 @@ from torchmem.sizes import fmt_size, size_reading
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import TRACE_FORMATS
+    from torchmem.formats.input_files import TRACE_FORMATS
 
     p = subparsers.add_parser(
         "replay",
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.replay import replay
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
-    from torchmem.traces import load_trace
+    from torchmem.formats.traces import load_trace
 
     from torchmem.progress import activity
 

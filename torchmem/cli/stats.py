@@ -7,7 +7,7 @@ import json
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import SNAPSHOT_FORMATS
+    from torchmem.formats.input_files import SNAPSHOT_FORMATS
 
     p = subparsers.add_parser(
         "stats",
@@ -25,9 +25,9 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchmem.annotations import as_json, format_notes
-    from torchmem.snapshot_format import load
-    from torchmem.snapshot_devices import choose_device, device_segments
+    from torchmem.formats.annotations import as_json, format_notes
+    from torchmem.formats.snapshot_format import load
+    from torchmem.formats.snapshot_devices import choose_device, device_segments
     from torchmem.viz.totals import format_totals, totals
 
     snapshot = load(args.snapshot)

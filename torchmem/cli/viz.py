@@ -9,7 +9,7 @@ import sys
 
 def register(subparsers) -> None:
     from torchmem.cli import arguments
-    from torchmem.input_files import SNAPSHOT_FORMATS
+    from torchmem.formats.input_files import SNAPSHOT_FORMATS
 
     p = subparsers.add_parser(
         "viz",
@@ -30,10 +30,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.progress import progress_bar
-    from torchmem.snapshot_format import load
+    from torchmem.formats.snapshot_format import load
     from torchmem.viz.html import write_html
 
-    from torchmem.snapshot_devices import choose_device
+    from torchmem.formats.snapshot_devices import choose_device
 
     from torchmem.progress import activity
 

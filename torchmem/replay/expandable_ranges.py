@@ -43,7 +43,7 @@ from typing import Mapping, NamedTuple
 from torchmem.replay.range_room import ALLOCATING, RangeRoom, map_events
 from torchmem.replay.start_state import StartState
 from torchmem.replay.trace_pass import TracePass
-from torchmem.trace_types import FAILED_ALLOC, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
+from torchmem.formats.trace_types import FAILED_ALLOC, RELEASE_SEGMENT, SEGMENT_ADDRESS, SURVIVED_FAILED_ALLOC
 
 
 def _overlaps(ranges: list[tuple[int, int]], base: int, end: int) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from torchmem.replay.range_room import ALLOCATING, SMALL_REQUEST, RangeRoom
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass
-from torchmem.trace_types import FAILED_ALLOC, SURVIVED_FAILED_ALLOC
+from torchmem.formats.trace_types import FAILED_ALLOC, SURVIVED_FAILED_ALLOC
 
 
 def kept_ranges(b: TracePass, start: StartState, capacity: int, large_page: int, conf: str) -> list[StartRange]:

@@ -37,7 +37,7 @@ from torchmem import _core
 from torchmem.replay.capacity import SMALL_PAGE, range_size
 from torchmem.replay.start_state import StartRange, StartState
 from torchmem.replay.trace_pass import TracePass
-from torchmem.trace_types import (ALLOC, FAILED_ALLOC, FREE, FREE_AT_SYNC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS,
+from torchmem.formats.trace_types import (ALLOC, FAILED_ALLOC, FREE, FREE_AT_SYNC, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS,
                                   SURVIVED_FAILED_ALLOC)
 
 SMALL_REQUEST = _core.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool

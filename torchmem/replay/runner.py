@@ -28,7 +28,7 @@ import numpy as np
 from torchmem import _core
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
-from torchmem.traces import Trace, TraceError, from_events, load_trace
+from torchmem.formats.traces import Trace, TraceError, from_events, load_trace
 
 MAX_TIMELINE_POINTS = 4000
 
@@ -240,7 +240,7 @@ def replay(
         conf: allocator config, e.g. "expandable_segments:True". Default: a
             snapshot's recorded allocator_settings, else PyTorch's defaults.
         device: which device of a snapshot (default: the one with an OOM,
-            else the one with the most history: torchmem.snapshot_devices).
+            else the one with the most history: torchmem.formats.snapshot_devices).
         skip_bad_events: skip (and count) bad events instead of raising.
         progress: called with the number of events done after each chunk.
         history: keep this many history entries (for snapshots of the replay).

@@ -37,7 +37,7 @@ import numpy as np
 
 from torchmem import _core
 from torchmem.pytorch_env import conf_items, recorded_conf_string
-from torchmem.annotations import annotation_entries, metadata_values
+from torchmem.formats.annotations import annotation_entries, metadata_values
 from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_spacing, card_of, expandable_capacity,
                                      segment_request)
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
@@ -49,7 +49,7 @@ from torchmem.replay.release_runs import ReleaseRun
 from torchmem.replay.retries import retry_runs, unsettled_runs
 from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
-from torchmem.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
+from torchmem.formats.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
                                   TraceError)
 
 
@@ -72,7 +72,7 @@ class RecordedRun:
     fraction_from: str = "none"              # the conf's per_process_memory_fraction: "config", "inferred" or "none"
     limit_low: int | None = None             # an inferred fraction's lowest possible limit (memory_limit.py)
     peak_reserved: int = 0                   # the most the recording held (start state plus segments and maps)
-    device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.snapshot_devices' rule
+    device_choice: str = ""                  # "device 0 (the one with the OOM)": torchmem.formats.snapshot_devices' rule
     retry_releases: list = field(default_factory=list)  # runs of releases a new segment followed (retries.py)
     start_reserved: int = 0                  # reserved when recording began
     # (trace entry, what it chose between) of the first choice the snapshot cannot settle that every replay
@@ -243,7 +243,7 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list):
         raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
-    from torchmem.snapshot_devices import DeviceChoice, choose_device as device_rule, snapshot_devices
+    from torchmem.formats.snapshot_devices import DeviceChoice, choose_device as device_rule, snapshot_devices
 
     choice = device_rule(snapshot) if device is None else DeviceChoice(device, "given", len(snapshot_devices(snapshot)))
     device = choice.device

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
 from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass, pool_id_field
-from torchmem.trace_types import TraceError
+from torchmem.formats.trace_types import TraceError
 
 
 @dataclass

@@ -34,7 +34,7 @@ from torchmem import _core
 from torchmem.replay.entries import int_field
 from torchmem.replay.release_runs import ALLOCATOR, NO_SEGMENT, PROGRAM, ReleaseRun, python_stack, release_origin
 from torchmem.replay.sync_frees import SyncFrees
-from torchmem.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED,
+from torchmem.formats.trace_types import (ALLOC, EMPTY_CACHE, FAILED_ALLOC, FREE, FREE_AT_SYNC, FREE_REQUESTED,
                                   NOTE_ACTIONS, POOL, RELEASE_SEGMENT, SEGMENT_ADDRESS, SNAPSHOT_ACTIONS,
                                   SURVIVED_FAILED_ALLOC, TraceError, unknown_action)
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from torchmem.snapshot_devices import choose_device, device_segments
+from torchmem.formats.snapshot_devices import choose_device, device_segments
 from torchmem.viz.png import COLORS
 from torchmem.viz.ranks import user_frames
 from torchmem.viz.timeline import Timeline, timeline
@@ -221,7 +221,7 @@ def _sites_table(segments: list[dict], limit: int = 25) -> str:
 def render_html(snapshot: dict, title: str = "memory snapshot", device: int | None = None,
                 progress: Callable[[int], None] | None = None) -> str:
     """The page as a string: one device of the snapshot (`device`, else the one with the OOM, else the one
-    with the most history: torchmem.snapshot_devices)."""
+    with the most history: torchmem.formats.snapshot_devices)."""
     choice = choose_device(snapshot, device)
     segments = device_segments(snapshot, choice.device)
     tot = totals({"segments": segments})

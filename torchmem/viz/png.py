@@ -94,9 +94,9 @@ def plot_timeline(snapshot: dict, path: str | os.PathLike, title: str = "", devi
 
 def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_segments: int = 40,
                   device: int | None = None) -> dict:
-    """A map of one device's segments (torchmem.snapshot_devices' rule): one row each (largest first),
+    """A map of one device's segments (torchmem.formats.snapshot_devices' rule): one row each (largest first),
     blocks coloured by state. Returns the totals, with "device" and "device_choice"."""
-    from torchmem.snapshot_devices import choose_device, device_segments
+    from torchmem.formats.snapshot_devices import choose_device, device_segments
 
     plt = _pyplot()
     from matplotlib.patches import Patch

@@ -7,7 +7,7 @@ torchmem's with the ``torchmem_oom`` key dump_on_oom() adds):
   segments: reserved minus allocated blocks) and ``largest_free_block``,
   counted as torch.cuda._memory_viz counts them (see totals.py), over the
   device the row describes: the one given, else the one with an ``oom``
-  entry, else the one with the most trace entries (torchmem.snapshot_devices);
+  entry, else the one with the most trace entries (torchmem.formats.snapshot_devices);
 - ``oom``: the last ``oom`` entry of that device's trace (request, the
   device's free bytes, its time, its place in the trace), or None;
 - ``top_sites``: the allocation sites holding the most bytes in live
@@ -107,8 +107,8 @@ def rank_of(snapshot: dict, path: str, position: int) -> tuple[int, str]:
 
 
 def rank_row(snapshot: dict, path: str, position: int = 0, top: int = 5, device: int | None = None) -> dict[str, Any]:
-    """One row of the table (see the module docstring); `device` as every command picks it (torchmem.snapshot_devices)."""
-    from torchmem.snapshot_devices import choose_device
+    """One row of the table (see the module docstring); `device` as every command picks it (torchmem.formats.snapshot_devices)."""
+    from torchmem.formats.snapshot_devices import choose_device
 
     choice = choose_device(snapshot, device, path)
     device = choice.device

@@ -44,8 +44,8 @@ class Timeline:
     largest_free: np.ndarray
     ooms: list[dict] = field(default_factory=list)  # {"entry", "index", "time_us", "size", "device_free", "allocated", "reserved"}
     notes: list[str] = field(default_factory=list)
-    device_choice: str = ""  # "device 0 (the one with the OOM)" (torchmem.snapshot_devices)
-    annotations: list = field(default_factory=list)  # torchmem.annotations.Annotation: annotate entries
+    device_choice: str = ""  # "device 0 (the one with the OOM)" (torchmem.formats.snapshot_devices)
+    annotations: list = field(default_factory=list)  # torchmem.formats.annotations.Annotation: annotate entries
 
     @property
     def entry(self) -> np.ndarray:
@@ -60,8 +60,8 @@ def _round(size: int) -> int:
 def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
              progress: Callable[[int], None] | None = None) -> Timeline:
     """The series of `device` (default: the one with the OOM, else the longest history)."""
-    from torchmem.annotations import annotation_entries
-    from torchmem.snapshot_devices import choose_device
+    from torchmem.formats.annotations import annotation_entries
+    from torchmem.formats.snapshot_devices import choose_device
 
     choice = choose_device(snapshot, device)
     device = choice.device

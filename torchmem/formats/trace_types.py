@@ -1,7 +1,7 @@
 """The trace types: what every reader of allocation traces hands on, and the errors they raise.
 
 Near the bottom of the package: it imports only the extension, so the
-readers (torchmem/traces.py, torchmem/input_files.py, torchmem/replay/) and
+readers (torchmem/formats/traces.py, torchmem/formats/input_files.py, torchmem/replay/) and
 what they feed (the replayer, snapshots, the command line) all name these
 types without importing one another.
 
@@ -100,7 +100,7 @@ class Trace:
     recorded: Any = None  # replay.snapshot_trace.RecordedRun: settings, capacity, OOM (snapshots)
     skipped_lines: int = 0     # bad lines or entries skipped (skip_bad_events); a JSON-lines file's once read
     first_skipped: str = ""    # the first of them, named
-    annotations: list = field(default_factory=list)  # torchmem.annotations.Annotation: a snapshot's annotate entries
+    annotations: list = field(default_factory=list)  # torchmem.formats.annotations.Annotation: a snapshot's annotate entries
 
     def chunks(self) -> Iterator[Chunk]:
         return self._factory()

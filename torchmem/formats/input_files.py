@@ -23,8 +23,8 @@ import os
 import re
 from typing import Any
 
-from torchmem.safe_pickle import DamagedPickleError, UnsafePickleError, load_plain
-from torchmem.trace_types import TraceError, short_repr  # noqa: F401  (short_repr: its callers import it here)
+from torchmem.formats.safe_pickle import DamagedPickleError, UnsafePickleError, load_plain
+from torchmem.formats.trace_types import TraceError, short_repr  # noqa: F401  (short_repr: its callers import it here)
 
 PICKLE, JSON_SNAPSHOT, JSONL = "pickle", "json", "jsonl"
 

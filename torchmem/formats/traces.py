@@ -14,7 +14,7 @@ Three formats are read, chosen by looking at the file:
 An event is (op, id, size, stream) with op 0 = alloc, 1 = free. Events come
 in numpy chunks so that a trace of tens of millions of events never sits in
 memory as Python objects. The types (``Trace``, ``Chunk``, ``TraceError``,
-...) are in torchmem/trace_types.py, a leaf module, and are re-exported here.
+...) are in torchmem/formats/trace_types.py, a leaf module, and are re-exported here.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from torchmem import _core
-from torchmem.trace_types import (  # noqa: F401  (the trace types, re-exported: torchmem.traces.Trace, ...)
+from torchmem.formats.trace_types import (  # noqa: F401  (the trace types, re-exported: torchmem.formats.traces.Trace, ...)
     ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, ArgumentError, Chunk, DeviceError, Trace, TraceError,
 )
 
@@ -94,7 +94,7 @@ def _short(value: Any, limit: int = 40) -> str:
     try:
         return repr(value)[:limit]
     except RecursionError:
-        from torchmem.input_files import short_repr
+        from torchmem.formats.input_files import short_repr
 
         return short_repr(value, limit)
 
@@ -134,14 +134,14 @@ def load_jsonl(path: str, skip_bad_events: bool = False) -> Trace:
 
 def load_snapshot(path: str) -> dict:
     """Read a snapshot pickle as data only (input_files.py); errors name the file and what is wrong."""
-    from torchmem.input_files import load_snapshot_pickle
+    from torchmem.formats.input_files import load_snapshot_pickle
 
     return load_snapshot_pickle(path)
 
 
 def load_snapshot_json(path: str) -> dict:
     """Read a snapshot saved as one JSON object; errors name the file."""
-    from torchmem.input_files import load_snapshot_json as load_json
+    from torchmem.formats.input_files import load_snapshot_json as load_json
 
     return load_json(path)
 
@@ -151,9 +151,9 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
 
     Snapshots (pickles, read as data only, or one JSON object) replay one
     device: `device`, or by default the device with an OOM, else the one
-    with the most history (torchmem.snapshot_devices).
+    with the most history (torchmem.formats.snapshot_devices).
     """
-    from torchmem.input_files import JSONL, PICKLE, file_format, load_snapshot_json, load_snapshot_pickle, open_head
+    from torchmem.formats.input_files import JSONL, PICKLE, file_format, load_snapshot_json, load_snapshot_pickle, open_head
     from torchmem.replay.snapshot_trace import snapshot_trace
 
     path = os.fspath(path)
@@ -162,7 +162,7 @@ def load_trace(path: str, device: int | None = None, skip_bad_events: bool = Fal
         if device is not None:
             raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
         return load_jsonl(path, skip_bad_events)
-    from torchmem.safe_pickle import gc_paused
+    from torchmem.formats.safe_pickle import gc_paused
 
     with gc_paused():  # millions of entries are built and read: see gc_paused
         # A replay needs no stacks: the pickle's frames lists are not even built...
