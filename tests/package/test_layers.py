@@ -1,5 +1,6 @@
-"""The package's layers: the runtime imports no tool, and only the command line imports the command line.
+"""The package's layers: the formats and the runtime import no tool, and only the command line imports it.
 
+The formats (torchmem/formats/) read files: they import neither the runtime nor a tool.
 The runtime is what a training job loads: `import torchmem`, the swap (install,
 memory, snapshot, arena, paged, planned, oom) and what it stands on. The tools read what the
 runtime wrote: replay and advise, viz, preflight, the fake GPU and the command
@@ -16,6 +17,7 @@ RUNTIME = ("torchmem._install", "torchmem.memory", "torchmem.snapshot", "torchme
            "torchmem.planned", "torchmem.oom")
 TOOLS = ("torchmem.replay", "torchmem.sim", "torchmem.viz", "torchmem.preflight", "torchmem.fakegpu",
          "torchmem.cli", "torchmem.__main__")
+FORMATS = ("torchmem.formats",)  # the files read: above the core, below the tools and the runtime
 CLI = ("torchmem.cli", "torchmem.__main__")  # __main__ is `python -m torchmem`: the command line's entry
 
 
@@ -49,6 +51,14 @@ def test_the_runtime_imports_no_tool():
     assert all(any(within(m, (name,)) for m in runtime) for name in RUNTIME)  # each name is a module here
     found = [p for m in runtime for p in paths_to(graph, m, TOOLS)]
     assert not found, "the runtime reaches a tool:\n  " + "\n  ".join(describe(p, graph) for p in found)
+
+
+def test_the_formats_import_no_tool_and_no_runtime():
+    graph = import_graph()
+    formats = [m for m in graph if within(m, FORMATS)]
+    assert "torchmem.formats.traces" in formats
+    found = [p for m in formats for p in paths_to(graph, m, TOOLS + RUNTIME)]
+    assert not found, "the formats reach a tool or the runtime:\n  " + "\n  ".join(describe(p, graph) for p in found)
 
 
 def test_nothing_outside_the_command_line_imports_it():

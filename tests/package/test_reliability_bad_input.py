@@ -19,6 +19,7 @@ import torchmem.cuda
 from conftest import run_python
 from torchmem import _core
 from torchmem.formats import traces
+from torchmem.replay.trace_files import load_trace
 from torchmem import replay as sim
 from torchmem.cli import main as cli_main
 from torchmem.cuda import CUDANotBuiltError, cuda_glue_built
@@ -281,7 +282,7 @@ def _snapshot(entries):
 
 
 def _events(path, **kw):
-    return [len(c) for c in traces.load_trace(path, **kw).chunks()]
+    return [len(c) for c in load_trace(path, **kw).chunks()]
 
 
 FILE_CASES = [
@@ -332,12 +333,12 @@ def test_trace_device_out_of_range(tmp_path):
     path = _write(tmp_path, "s.pickle", _snapshot([[]]))
     for device in (5, -1):
         with pytest.raises(traces.TraceError, match=f"no device {device}"):
-            traces.load_trace(path, device=device)
+            load_trace(path, device=device)
 
 
 def test_directory_and_missing_file(tmp_path):
     with pytest.raises(IsADirectoryError):
-        traces.load_trace(str(tmp_path))
+        load_trace(str(tmp_path))
     with pytest.raises(FileNotFoundError):
         load_csv(str(tmp_path / "missing.csv"))
 

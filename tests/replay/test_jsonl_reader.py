@@ -17,6 +17,7 @@ import pytest
 from torchmem import _core
 
 from torchmem.formats import traces
+from torchmem.replay.trace_files import load_trace
 from torchmem import replay as sim
 
 ALLOC_LINE = b'{"op": "alloc", "id": 1, "size": 4096, "stream": 0}\n'
@@ -437,7 +438,7 @@ def test_trace_errors_name_the_file(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(ALLOC_LINE + b'{"op": "alloc", "id": 2, "size": 4096.0}\n')
     with pytest.raises(traces.TraceError) as info:
-        list(traces.load_trace(str(path)).chunks())
+        list(load_trace(str(path)).chunks())
     assert str(info.value) == f"{path}: line 2: size must be an integer, got 4096.0"
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from torchmem import _C, workloads
 from torchmem import replay as sim
-from torchmem.formats.traces import Chunk, Trace, TraceError, from_events, load_trace, write_jsonl
+from torchmem.formats.traces import Chunk, Trace, TraceError, from_events, write_jsonl
+from torchmem.replay.trace_files import load_trace
 
 from conftest import GiB, MiB, ok, torchmem_here, sim_allocator
 

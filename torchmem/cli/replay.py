@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from torchmem.replay import replay
     from torchmem.cli import arguments
     from torchmem.progress import progress_bar
-    from torchmem.formats.traces import load_trace
+    from torchmem.replay.trace_files import load_trace
 
     from torchmem.progress import activity
 

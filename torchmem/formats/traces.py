@@ -5,8 +5,8 @@ Three formats are read, chosen by looking at the file:
 - PyTorch snapshot pickles with ``device_traces``, as written on a GPU by
   ``torch.cuda.memory._record_memory_history()`` + ``_dump_snapshot()``,
   and torchmem's own ``dump_snapshot()`` files (the same format), or the
-  same dict saved as one JSON object; their events are built by
-  ``torchmem.replay.snapshot_trace`` (start state, recorded addresses, OOM);
+  same dict saved as one JSON object: read here as data, while their
+  events are built by the replay (``torchmem.replay.trace_files.load_trace``);
 - JSON lines, one event per line:
   ``{"op": "alloc", "id": 7, "size": 4096, "stream": 0}`` /
   ``{"op": "free", "id": 7}``.
@@ -144,44 +144,6 @@ def load_snapshot_json(path: str) -> dict:
     from torchmem.formats.input_files import load_snapshot_json as load_json
 
     return load_json(path)
-
-
-def load_trace(path: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
-    """Any supported trace file, by its content (input_files.py).
-
-    Snapshots (pickles, read as data only, or one JSON object) replay one
-    device: `device`, or by default the device with an OOM, else the one
-    with the most history (torchmem.formats.snapshot_devices).
-    """
-    from torchmem.formats.input_files import JSONL, PICKLE, file_format, load_snapshot_json, load_snapshot_pickle, open_head
-    from torchmem.replay.snapshot_trace import snapshot_trace
-
-    path = os.fspath(path)
-    fmt = file_format(path, open_head(path))
-    if fmt == JSONL:
-        if device is not None:
-            raise TraceError(f"{path}: JSON lines hold one device; --device applies to snapshots only")
-        return load_jsonl(path, skip_bad_events)
-    from torchmem.formats.safe_pickle import gc_paused
-
-    with gc_paused():  # millions of entries are built and read: see gc_paused
-        # A replay needs no stacks: the pickle's frames lists are not even built...
-        snapshot = load_snapshot_pickle(path, without_frames=True) if fmt == PICKLE else load_snapshot_json(path)
-        trace = snapshot_trace(snapshot, path, device, skip_bad_events)
-        if fmt == PICKLE and trace.recorded is not None and trace.recorded.retry_releases and _has_stacks(path):
-            # ...except to tell who released segments before a new one: the allocator's retry, or the
-            # program's empty_cache() (release_runs.release_origin). Rare: the file is read again, whole.
-            del snapshot, trace
-            trace = snapshot_trace(load_snapshot_pickle(path), path, device, skip_bad_events)
-        return trace
-
-
-def _has_stacks(path: str) -> bool:
-    """Whether a snapshot pickle holds any stack frame (PyTorch names each frame's "filename")."""
-    import mmap
-
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return data.find(b"filename") >= 0
 
 
 def write_jsonl(trace: Trace, path: str) -> int:

@@ -20,7 +20,8 @@ from torchmem.replay.runner import (
 )
 from torchmem.replay.snapshot_trace import RecordedRun, recorded_conf, snapshot_trace
 from torchmem.replay.start_state import StartState
-from torchmem.formats.traces import Trace, TraceError, from_events, load_trace
+from torchmem.formats.traces import Trace, TraceError, from_events
+from torchmem.replay.trace_files import load_trace
 
 __all__ = [
     "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",

@@ -28,7 +28,8 @@ import numpy as np
 from torchmem import _core
 from torchmem.replay.capacity import recorded_capacity
 from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
-from torchmem.formats.traces import Trace, TraceError, from_events, load_trace
+from torchmem.formats.traces import Trace, TraceError, from_events
+from torchmem.replay.trace_files import load_trace
 
 MAX_TIMELINE_POINTS = 4000
 
