@@ -51,7 +51,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import torchmem  # noqa: E402
-from torchmem.arena import Arena, arena  # noqa: E402
+from torchmem.runtime.arena import Arena, arena  # noqa: E402
 
 MiB = 2**20
 

@@ -169,12 +169,12 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
     note = ""
     if allocator == "torchmem":
         import torchmem
-        from torchmem import cuda as tmcuda
+        from torchmem.runtime import cuda as tmcuda
 
         torchmem.install()  # before anything touches CUDA
         if not tmcuda.installed():
             tmcuda.install_cuda()
-            note = "torchmem.install() did not install on CUDA; installed with torchmem.cuda.install_cuda()"
+            note = "torchmem.install() did not install on CUDA; installed with torchmem.runtime.cuda.install_cuda()"
     import torch
 
     if record:

@@ -101,7 +101,7 @@ def main() -> int:
                 samples["MLP training step"][mode].append(steps(args.steps))
             update(r + 1)
     set_mode("off", path, args.max_entries)
-    assert not torchmem.oom.written_snapshots(), "no OOM may happen in this benchmark"
+    assert not torchmem.runtime.oom.written_snapshots(), "no OOM may happen in this benchmark"
 
     rows = []
     for what, by_mode in samples.items():

@@ -83,7 +83,7 @@ def best(fn, repeats: int) -> float:
 def python_figures(quick: bool) -> dict:
     import torch
 
-    from torchmem.paged import PagedKVCache
+    from torchmem.runtime.paged import PagedKVCache
 
     batch, block_size, steps = 64, 16, 200 if quick else 1000
     repeats = 3 if quick else 5
@@ -128,7 +128,7 @@ def python_figures(quick: bool) -> dict:
 TORCH_LEVEL = r"""
 import json, sys, time
 import torch, torchmem
-from torchmem.arena import Arena, arena
+from torchmem.runtime.arena import Arena, arena
 torchmem.install()
 sizes = [64 << (i * 7 % 11) for i in range(256)]  # 64 B .. 64 KiB, 4 B elements / 4
 steps = int(sys.argv[1])

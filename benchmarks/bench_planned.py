@@ -118,7 +118,7 @@ def worker(mode: str, workload: str, steps: int) -> dict:
     import torch
 
     import torchmem
-    from torchmem.planned import plans, slab_stats
+    from torchmem.runtime.planned import plans, slab_stats
 
     torch.manual_seed(0)
     torchmem.install()

@@ -67,7 +67,7 @@ def main() -> int:
     else:
         print(f"No out-of-memory error in {args.capacity}: give a smaller --capacity.")
         return 1
-    snapshot = torchmem.oom.written_snapshots()[-1]
+    snapshot = torchmem.runtime.oom.written_snapshots()[-1]
     torchmem.dump_on_oom(None)
 
     print(f"== 2. torchmem replay {snapshot}")

@@ -10,7 +10,7 @@ attention over the sequence's own dense keys and values.
 """
 import torch
 
-from torchmem.paged import PagedKVCache
+from torchmem.runtime.paged import PagedKVCache
 
 HEADS, DIM, BLOCK = 4, 16, 8
 

@@ -11,7 +11,7 @@ tallest plan, held as one block of the caching allocator.
 import torch
 
 import torchmem
-from torchmem.planned import planned, plans, slab_stats
+from torchmem.runtime.planned import planned, plans, slab_stats
 
 
 def main() -> None:

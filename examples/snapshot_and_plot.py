@@ -18,7 +18,7 @@ import sys
 import torch
 
 import torchmem
-from torchmem.snapshot import dump_snapshot, load, record_memory_history
+from torchmem.runtime.snapshot import dump_snapshot, load, record_memory_history
 from torchmem.viz.html import write_html
 from torchmem.viz.png import plot_segments, plot_timeline
 from torchmem.viz.totals import format_totals, totals

@@ -26,40 +26,40 @@ if _os.environ.get("TORCHMEM_EXT_DIR"):
 # The user's names, each imported from its module on first use (PEP 562), so `import torchmem` and the
 # command line's tools import no torch; the runtime's modules import it.
 _HOMES = {
-    "torchmem._install": ("install", "installed", "uninstall"),
-    "torchmem.memory": ("caching_allocator", "empty_cache", "max_memory_allocated", "max_memory_reserved",
+    "torchmem.runtime._install": ("install", "installed", "uninstall"),
+    "torchmem.runtime.memory": ("caching_allocator", "empty_cache", "max_memory_allocated", "max_memory_reserved",
                         "memory_allocated", "memory_reserved", "memory_stats", "reset_accumulated_memory_stats",
                         "reset_peak_memory_stats", "set_per_process_memory_fraction"),
-    "torchmem.summary": ("memory_summary",),
-    "torchmem.snapshot": ("dump_snapshot", "memory_snapshot", "record_memory_history"),
+    "torchmem.runtime.summary": ("memory_summary",),
+    "torchmem.runtime.snapshot": ("dump_snapshot", "memory_snapshot", "record_memory_history"),
     "torchmem.formats.snapshot_format": ("snapshot_from_replay",),
-    "torchmem.arena": ("Arena", "ArenaEscapeError", "arena"),
-    "torchmem.paged": ("OutOfBlocksError", "PagedKVCache"),
-    "torchmem.planned": ("forget", "fragmentation_watch", "planned", "planned_step"),
-    "torchmem.compact": ("CompactReport", "compact"),
-    "torchmem.oom": ("dump_on_oom",),
+    "torchmem.runtime.arena": ("Arena", "ArenaEscapeError", "arena"),
+    "torchmem.runtime.paged": ("OutOfBlocksError", "PagedKVCache"),
+    "torchmem.runtime.planned": ("forget", "fragmentation_watch", "planned", "planned_step"),
+    "torchmem.runtime.compact": ("CompactReport", "compact"),
+    "torchmem.runtime.oom": ("dump_on_oom",),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:
-    from torchmem._install import install, installed, uninstall
-    from torchmem.arena import Arena, ArenaEscapeError, arena
-    from torchmem.compact import CompactReport, compact
-    from torchmem.memory import (caching_allocator, empty_cache, max_memory_allocated, max_memory_reserved,
+    from torchmem.runtime._install import install, installed, uninstall
+    from torchmem.runtime.arena import Arena, ArenaEscapeError, arena
+    from torchmem.runtime.compact import CompactReport, compact
+    from torchmem.runtime.memory import (caching_allocator, empty_cache, max_memory_allocated, max_memory_reserved,
                                  memory_allocated, memory_reserved, memory_stats, reset_accumulated_memory_stats,
                                  reset_peak_memory_stats, set_per_process_memory_fraction)
-    from torchmem.oom import dump_on_oom
-    from torchmem.paged import OutOfBlocksError, PagedKVCache
-    from torchmem.planned import forget, fragmentation_watch, planned, planned_step
-    from torchmem.snapshot import dump_snapshot, memory_snapshot, record_memory_history
+    from torchmem.runtime.oom import dump_on_oom
+    from torchmem.runtime.paged import OutOfBlocksError, PagedKVCache
+    from torchmem.runtime.planned import forget, fragmentation_watch, planned, planned_step
+    from torchmem.runtime.snapshot import dump_snapshot, memory_snapshot, record_memory_history
     from torchmem.formats.snapshot_format import snapshot_from_replay
-    from torchmem.summary import memory_summary
+    from torchmem.runtime.summary import memory_summary
 
 
 # Three names are both a module and the function in it (torchmem.arena.arena, .planned.planned,
 # .compact.compact). Importing such a module would set the package's attribute to the module; the face keeps
-# the name for the function, as an eager `from torchmem.arena import arena` did. The modules stay in
-# sys.modules, so `from torchmem.arena import Arena` is unchanged.
+# the name for the function, as an eager `from torchmem.runtime.arena import arena` did. The modules stay in
+# sys.modules, so `from torchmem.runtime.arena import Arena` is unchanged.
 _FUNCTION_NAMES = frozenset({"arena", "planned", "compact"})
 
 
@@ -79,8 +79,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'torchmem' has no attribute {name!r}")
     import importlib
 
-    if module == "torchmem._install":
-        importlib.import_module("torchmem.oom")  # registers install(dump_on_oom=...)'s hook, as devices.py says
+    if module == "torchmem.runtime._install":
+        importlib.import_module("torchmem.runtime.oom")  # registers install(dump_on_oom=...)'s hook, as devices.py says
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

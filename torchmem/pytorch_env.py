@@ -24,7 +24,7 @@ allocator of PyTorch's takes these settings. tests/allocator/test_config.py hold
 pytorch_conf() to the installed torch.
 
 torchmem's own allocator reads install(conf=...), then TORCHMEM_ALLOC_CONF,
-then on CUDA the variable above (torchmem/cuda.py, cuda_settings()).
+then on CUDA the variable above (torchmem/runtime/cuda.py, cuda_settings()).
 """
 from __future__ import annotations
 

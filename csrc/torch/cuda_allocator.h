@@ -38,7 +38,7 @@
 // rule): install() throws std::runtime_error with what to do otherwise. It
 // also registers the allocator as c10::GetAllocator(kCUDA), which
 // torch.accelerator's memory functions and c10::getDeviceAllocator use.
-// Device state made before install() (torchmem.cuda.caching_allocator())
+// Device state made before install() (torchmem.runtime.cuda.caching_allocator())
 // takes the installed config. The allocator lives for the whole process.
 //
 // Fork: a child forked after this process used CUDA through torchmem (after

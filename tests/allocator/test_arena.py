@@ -6,7 +6,7 @@ import torch
 
 from conftest import MiB, run_python_json
 from torchmem import _C, _core
-from torchmem.arena import Arena, ArenaEscapeError, arena
+from torchmem.runtime.arena import Arena, ArenaEscapeError, arena
 
 
 def test_bump_alignment_used_peak_reset():
@@ -193,7 +193,7 @@ def test_arena_block_needs_install():
 
 PRELUDE = """
 import gc, json, threading, torch, torchmem
-from torchmem.arena import Arena, arena
+from torchmem.runtime.arena import Arena, arena
 torchmem.install()
 torch.manual_seed(0)
 torch.set_num_threads(1)  # the routing is per thread; one thread also keeps a shared machine quiet

@@ -19,7 +19,7 @@ import pytest
 
 import torchmem
 from torchmem import _core
-from torchmem._install import resolve_conf
+from torchmem.runtime._install import resolve_conf
 
 from conftest import GiB, MiB
 

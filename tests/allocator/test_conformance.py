@@ -89,7 +89,7 @@ def register(name, factory):
 
 
 # Allocators that live in their own modules join the suite here; a missing one is an error, not a skip.
-from torchmem.arena import conformance_factories as _arena_factories  # noqa: E402
+from torchmem.runtime.arena import conformance_factories as _arena_factories  # noqa: E402
 
 for _name, _factory in _arena_factories().items():
     register(_name, _factory)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from torchmem import _core
-from torchmem.cpu_settings import CPU_DEFAULTS, with_cpu_defaults
+from torchmem.runtime.cpu_settings import CPU_DEFAULTS, with_cpu_defaults
 
 from conftest import MiB, block_of, run_python, sim_allocator
 

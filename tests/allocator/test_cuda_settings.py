@@ -1,4 +1,4 @@
-"""Where torchmem's CUDA allocator takes its settings from (Note [Settings on CUDA] in torchmem/cuda.py), and
+"""Where torchmem's CUDA allocator takes its settings from (Note [Settings on CUDA] in torchmem/runtime/cuda.py), and
 which variable each torch release's CUDA allocator reads (Note [PyTorch's settings variables] in
 torchmem/pytorch_env.py). Pure functions of an environment: no GPU needed. The fake-GPU tier runs the same
 precedence against PyTorch's own allocator (tests/cuda/test_install_honours_settings.py)."""
@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from torchmem import cuda as tmcuda
+from torchmem.runtime import cuda as tmcuda
 from torchmem.pytorch_env import conf_items, cuda_conf_vars, cuda_pytorch_conf
 
 

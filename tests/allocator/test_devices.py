@@ -1,4 +1,4 @@
-"""torchmem/devices.py: the one rule that names a device, the allocator serving it,
+"""torchmem/runtime/devices.py: the one rule that names a device, the allocator serving it,
 and the hooks install() runs (the oom package's), on this machine's CPU build."""
 
 import pytest
@@ -7,8 +7,8 @@ import torch
 from tests.package.test_import_circles import imports_of, package_modules
 from tests.support.subprocess_runner import run_python_json
 
-from torchmem import devices, snapshot
-from torchmem.planned import device_name as planned_device_name
+from torchmem.runtime import devices, snapshot
+from torchmem.runtime.planned import device_name as planned_device_name
 
 NAMED = [("cpu", "cpu"), (torch.device("cpu"), "cpu"), (0, "cuda:0"), (3, "cuda:3"), ("cuda:2", "cuda:2"),
          (torch.device("cuda", 1), "cuda:1")]
@@ -45,17 +45,17 @@ def test_a_cuda_device_is_refused_while_torchmem_is_not_installed_there(device):
 
 def test_installing_does_not_import_the_oom_package():
     modules = package_modules()
-    for name in ("torchmem._install", "torchmem.cuda", "torchmem.devices"):
+    for name in ("torchmem.runtime._install", "torchmem.runtime.cuda", "torchmem.runtime.devices"):
         path, is_init = modules[name]
-        assert not [m for m in imports_of(name, path, is_init, modules) if m.startswith("torchmem.oom")], name
+        assert not [m for m in imports_of(name, path, is_init, modules) if m.startswith("torchmem.runtime.oom")], name
 
 
 def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
     template = str(tmp_path / "oom_{pid}.pickle")
     out = run_python_json(f"""
         import json, torchmem
-        from torchmem import devices
-        from torchmem.oom import dump
+        from torchmem.runtime import devices
+        from torchmem.runtime.oom import dump
         hooks = devices.install_hooks()
         refused = ""
         try:
@@ -68,7 +68,7 @@ def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
                           "refused": refused, "installed_after_refusal": installed_after_refusal,
                           "dumping": dump.dumping()}}))
     """)
-    assert out["hooks"] == [["torchmem.oom.dump", "_installed", "torchmem.oom.dump", "_check_install_request"]]
+    assert out["hooks"] == [["torchmem.runtime.oom.dump", "_installed", "torchmem.runtime.oom.dump", "_check_install_request"]]
     assert "unknown placeholder {step}" in out["refused"] and not out["installed_after_refusal"]
     assert out["dumping"]["backend"] == ("torchmem-cuda" if torch.cuda.is_available() else "torchmem-cpu")
     assert out["dumping"]["path"] == template
@@ -76,5 +76,5 @@ def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
 
 def test_devices_reads_nothing_of_torchmem_but_the_extension():
     modules = package_modules()
-    path, is_init = modules["torchmem.devices"]
-    assert imports_of("torchmem.devices", path, is_init, modules) == {}
+    path, is_init = modules["torchmem.runtime.devices"]
+    assert imports_of("torchmem.runtime.devices", path, is_init, modules) == {}

@@ -238,7 +238,7 @@ def test_a_planned_step_of_another_thread_is_closed_in_the_child():
         if pid == 0:
             code = 0
             try:
-                assert not sys.modules["torchmem.planned"].in_planned_step(), "the other thread's step is open"
+                assert not sys.modules["torchmem.runtime.planned"].in_planned_step(), "the other thread's step is open"
                 for i in range(3):
                     with torchmem.planned(key="child") as report:
                         y = torch.ones(1 << 12) * 2
@@ -251,7 +251,7 @@ def test_a_planned_step_of_another_thread_is_closed_in_the_child():
                 code = 1
             os._exit(code)
         outcome = wait_or_kill(pid, 30.0)
-        assert sys.modules["torchmem.planned"].in_planned_step()  # the parent's step is untouched
+        assert sys.modules["torchmem.runtime.planned"].in_planned_step()  # the parent's step is untouched
         leave.set()
         thread.join()
         print(json.dumps({"child": outcome}))
@@ -299,7 +299,7 @@ def test_a_child_of_a_cuda_parent_uses_cpu_tensors_and_drops_inherited_cuda_free
             outcomes[wait_or_kill(pid, 30.0)] += 1
         stop.set()
         thread.join()
-        torchmem.cuda.caching_allocator(0).check_invariants()
+        torchmem.runtime.cuda.caching_allocator(0).check_invariants()
         print(json.dumps(outcomes))
         """,
         timeout=300,

@@ -1,9 +1,9 @@
-"""The paged block pool (torchmem._core.PagedBlockPool) and torchmem.paged.PagedKVCache."""
+"""The paged block pool (torchmem._core.PagedBlockPool) and torchmem.runtime.paged.PagedKVCache."""
 import pytest
 import torch
 
 from torchmem import _core
-from torchmem.paged import OutOfBlocksError, PagedKVCache, _block_hash
+from torchmem.runtime.paged import OutOfBlocksError, PagedKVCache, _block_hash
 
 # --------------------------------------------------------------- block pool
 

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from torchmem.paged import OutOfBlocksError, PagedKVCache
+from torchmem.runtime.paged import OutOfBlocksError, PagedKVCache
 
 
 def kv_value(tokens):

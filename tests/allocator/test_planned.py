@@ -7,7 +7,7 @@ from conftest import run_python, run_python_json
 
 PRELUDE = """
 import json, torch, torchmem
-from torchmem.planned import planned, plans, shape_key, fragmentation_watch
+from torchmem.runtime.planned import planned, plans, shape_key, fragmentation_watch
 torch.manual_seed(0)
 torchmem.install()
 model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
@@ -100,7 +100,7 @@ print(json.dumps({"escaped": rep1.escaped, "intact": bool(torch.equal(kept, snap
 def test_decorator_and_fragmentation_watch():
     r = run_json(
         """
-from torchmem.planned import planned_step
+from torchmem.runtime.planned import planned_step
 @planned_step(bucket=32)
 def run(x):
     return step(x)
@@ -136,7 +136,7 @@ def _segments(*layouts):
     ([[(1, False), (1, True), (1, False)]], [8 << 20], 4.0, False, ""),
 ])
 def test_fragmentation_report_advises_exactly_when_it_should(layouts, recent, factor, compact, reason):
-    from torchmem.planned import fragmentation_report
+    from torchmem.runtime.planned import fragmentation_report
 
     report = fragmentation_report(_segments(*layouts), recent, factor)
     assert report.compact is compact
@@ -147,7 +147,7 @@ def test_planned_needs_install():
     proc = run_python(
         """
 import torchmem
-from torchmem.planned import planned
+from torchmem.runtime.planned import planned
 try:
     with planned():
         pass
@@ -180,7 +180,7 @@ def train_run(use_plan, warmup=1):
     return losses, reports
 base, _ = train_run(False)
 warm, warm_reports = train_run(True)
-from torchmem.planned import forget
+from torchmem.runtime.planned import forget
 forget("t")
 _, cold_reports = train_run(True, warmup=0)
 print(json.dumps({"same": base == warm, "warm": warm_reports, "cold": cold_reports}))
@@ -201,7 +201,7 @@ for n in (64, 128, 64, 128, 64, 128):
     with planned(n, warmup=0) as rep:
         step(torch.randn(n, 256))
     reports.append([rep.phase, rep.misses])
-from torchmem.planned import slab_stats
+from torchmem.runtime.planned import slab_stats
 heights = sorted(e.plan_height for e in plans().values())
 st = slab_stats()
 print(json.dumps({"reports": reports, "heights": heights, "region": st["region_bytes"],
@@ -219,7 +219,7 @@ def test_release_cache_gives_the_recorded_steps_memory_back():
         """
 out = {}
 for release in (False, True):
-    from torchmem.planned import forget
+    from torchmem.runtime.planned import forget
     forget()
     torchmem.empty_cache()
     with planned(release, warmup=0, release_cache=release):
@@ -246,7 +246,7 @@ def go(n, **kw):
 go(64); go(64); go(64)
 rep = go(96)                       # diverges: re-record at the next step
 go(96)
-from torchmem.planned import forget, slab_stats
+from torchmem.runtime.planned import forget, slab_stats
 forget("k")
 region_after_forget = slab_stats()["region_bytes"]
 go(96)

@@ -72,7 +72,7 @@ def test_sites():
     assert site_of([]) is None
     assert not is_library_frame("<string>") and is_library_frame("<frozen runpy>")
     assert is_library_frame("/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py")
-    assert is_library_frame("/work/x/torchmem/oom/dump.py") and is_library_frame("/work/x/torchmem/snapshot.py")
+    assert is_library_frame("/work/x/torchmem/runtime/oom/dump.py") and is_library_frame("/work/x/torchmem/runtime/snapshot.py")
     assert not is_library_frame("/home/me/torchmem/examples/oom_to_fix.py")  # a checkout named torchmem
     blocks = [block(MiB, frames=[USER]), block(MiB, frames=[])]
     assert [s["site"] for s in top_sites([segment(blocks)])] == ["(no stack recorded)", "train.py:42 forward"]

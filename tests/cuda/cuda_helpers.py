@@ -41,7 +41,7 @@ def computed(checks: dict) -> dict:
 # keeps a stream's work pending (the fake GPU holds it; a GPU sleeps on it).
 COMMON = """
 import json, os, torch, torchmem
-from torchmem import cuda as tmcuda
+from torchmem.runtime import cuda as tmcuda
 FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
 
 def filled(shape, value, dtype=torch.float32, device="cuda"):

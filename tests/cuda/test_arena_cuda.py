@@ -11,7 +11,7 @@ from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
 pytestmark = requires_gpu
 
 SETUP = """
-from torchmem.arena import Arena, arena
+from torchmem.runtime.arena import Arena, arena
 torch.manual_seed(0)
 
 def in_region(a, t):

@@ -8,7 +8,7 @@ import torch
 
 import torchmem
 from torchmem import _C, _core
-from torchmem import cuda as tmcuda
+from torchmem.runtime import cuda as tmcuda
 
 CUDA_ONLY_STRINGS = (b"cuda_install", b"cuMemAddressReserve", b"CudaAllocator")
 
@@ -91,7 +91,7 @@ def test_module_imports_without_touching_cuda():
     import subprocess
     import sys
 
-    code = "import torch, torchmem, torchmem.cuda; print(torch.cuda.is_initialized())"
+    code = "import torch, torchmem, torchmem.runtime.cuda; print(torch.cuda.is_initialized())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "False"
@@ -112,7 +112,7 @@ def test_torch_dispatches_to_the_overrides_without_initialising_cuda():
     code = textwrap.dedent(
         """
         import json, torch
-        from torchmem import cuda as tmcuda
+        from torchmem.runtime import cuda as tmcuda
         tmcuda.install_cuda()
         C = torch._C
         stats = C._cuda_memoryStats(0)

@@ -18,8 +18,8 @@ try:
     r = {"raised": False}
 except torch.cuda.OutOfMemoryError as e:
     r = {"raised": True, "message": str(e)}
-r["written"] = torchmem.oom.written_snapshots()
-r["backend"] = torchmem.oom.dumping()["backend"]
+r["written"] = torchmem.runtime.oom.written_snapshots()
+r["backend"] = torchmem.runtime.oom.dumping()["backend"]
 r["request"] = 2 * total
 print(json.dumps(r))
 """

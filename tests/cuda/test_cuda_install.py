@@ -406,11 +406,11 @@ def test_record_stream_with_another_gpus_stream_leaves_no_sticky_error():
 
 
 def test_a_device_left_out_is_the_current_gpu_once_torchmem_is_installed_on_cuda():
-    """torchmem/devices.py's one rule on CUDA: torchmem.memory_stats() and the other functions that take a
+    """torchmem/runtime/devices.py's one rule on CUDA: torchmem.memory_stats() and the other functions that take a
     device mean the current GPU when given none, as torch.cuda's do, and an Arena takes its region there."""
     r = run_json(
         """
-        from torchmem import devices
+        from torchmem.runtime import devices
         x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
         arena = torchmem.Arena(2 << 20)
         print(json.dumps({"name": devices.device_name(None), "index": devices.device_name(0),

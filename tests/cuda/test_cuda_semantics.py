@@ -391,7 +391,7 @@ def replay_native_history(tmp_path, conf: str) -> None:
     replay the dump with `torchmem replay`, told how this torch orders free
     blocks of one size (a snapshot does not say: torch 2.14.1 by segment age,
     then address; 2.11 by address, the replay's default)."""
-    from torchmem.cuda import native_reuse_order
+    from torchmem.runtime.cuda import native_reuse_order
 
     path = tmp_path / "native.pickle"
     native = run_noted(NATIVE_HISTORY_CHILD, conf=conf, install=False, env={"TORCHMEM_TEST_SNAPSHOT": str(path)})

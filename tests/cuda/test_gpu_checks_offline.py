@@ -4,7 +4,7 @@ there wastes it.
 - Each child's code (the *_CHILD constants of test_cuda_semantics.py and
   test_cuda_pressure.py, with the preludes it runs under) compiles, names
   nothing undefined (pyflakes, where installed), and every torch.X.Y, every
-  torchmem.cuda function, every method called on a graph, pool, stream or
+  torchmem.runtime.cuda function, every method called on a graph, pool, stream or
   tensor and every keyword given to a Python-level torch function exists in
   the installed torch (a CPU build defines the torch.cuda API too).
 - Every key a check expects is one its child notes; an ideal run (what
@@ -31,7 +31,7 @@ import torch
 import cuda_helpers
 import test_cuda_pressure
 import test_cuda_semantics
-import torchmem.cuda
+import torchmem.runtime.cuda
 from cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
@@ -66,14 +66,14 @@ def dotted(node) -> str | None:
 def resolve(name: str):
     """The object a dotted name starting at torch or tmcuda stands for; AttributeError if missing."""
     root, *rest = name.split(".")
-    obj = {"torch": torch, "tmcuda": torchmem.cuda}[root]
+    obj = {"torch": torch, "tmcuda": torchmem.runtime.cuda}[root]
     for part in rest:
         obj = getattr(obj, part)
     return obj
 
 
 def api_problems(code: str) -> list[str]:
-    """Names of torch and torchmem.cuda, methods of what torch made, and keywords of
+    """Names of torch and torchmem.runtime.cuda, methods of what torch made, and keywords of
     Python-level torch functions that the code uses and the installed torch lacks."""
     tree = ast.parse(full_source(code))
     set_parents(tree)

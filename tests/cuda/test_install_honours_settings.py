@@ -1,5 +1,5 @@
 """torchmem.install() takes the allocator settings PyTorch's own allocator would take (Note [Settings on CUDA]
-in torchmem/cuda.py): the argument, then TORCHMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, else
+in torchmem/runtime/cuda.py): the argument, then TORCHMEM_ALLOC_CONF, then PYTORCH_CUDA_ALLOC_CONF, else
 PYTORCH_ALLOC_CONF, with the installed torch's precedence.
 
 Each case runs one small program twice, each in a fresh interpreter: under PyTorch's native allocator and

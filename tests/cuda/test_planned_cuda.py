@@ -16,7 +16,7 @@ pytestmark = requires_gpu
 # `out` is made outside, so every allocation of the step can be planned.
 SETUP = """
 import threading
-from torchmem.planned import plans, slab_stats, forget
+from torchmem.runtime.planned import plans, slab_stats, forget
 torch.manual_seed(0)
 
 class Mix(torch.nn.Module):

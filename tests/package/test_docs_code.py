@@ -174,5 +174,5 @@ def test_names_the_readme_uses_are_exported(name):
 def test_torchmem_planned_dot_name_works_as_docs_planned_md_writes_it(name):
     import torchmem
 
-    # torchmem.planned is the function; the module of that name is sys.modules["torchmem.planned"]
-    assert getattr(torchmem.planned, name) is getattr(sys.modules["torchmem.planned"], name)
+    # torchmem.planned is the function; the module of that name is sys.modules["torchmem.runtime.planned"]
+    assert getattr(torchmem.planned, name) is getattr(sys.modules["torchmem.runtime.planned"], name)

@@ -15,14 +15,14 @@ import pytest
 import torch
 
 import torchmem
-import torchmem.cuda
+import torchmem.runtime.cuda
 from conftest import run_python
 from torchmem import _core
 from torchmem.formats import traces
 from torchmem.replay.trace_files import load_trace
 from torchmem import replay as sim
 from torchmem.cli import main as cli_main
-from torchmem.cuda import CUDANotBuiltError, cuda_glue_built
+from torchmem.runtime.cuda import CUDANotBuiltError, cuda_glue_built
 from torchmem.plan import Buffer, buffers_from_trace, fx, load_csv, lower_bound, solve
 
 EV = [{"op": "alloc", "id": 1, "size": 100}, {"op": "free", "id": 1}]
@@ -238,19 +238,19 @@ def test_case_ids_are_unique():
     assert len(ids) == len(set(ids))
 
 
-# torchmem.cuda on a build without its CUDA part (CI's CPU torch).
+# torchmem.runtime.cuda on a build without its CUDA part (CI's CPU torch).
 CUDA_CASES = [
-    ("cuda-install-not-built", lambda: torchmem.cuda.install_cuda(), CUDANotBuiltError, "built without its CUDA part"),
-    ("cuda-install-unknown-kind", lambda: torchmem.cuda.install_cuda("arena"), ValueError, "unknown allocator kind"),
-    ("cuda-caching_allocator-not-built", lambda: torchmem.cuda.caching_allocator(), CUDANotBuiltError,
+    ("cuda-install-not-built", lambda: torchmem.runtime.cuda.install_cuda(), CUDANotBuiltError, "built without its CUDA part"),
+    ("cuda-install-unknown-kind", lambda: torchmem.runtime.cuda.install_cuda("arena"), ValueError, "unknown allocator kind"),
+    ("cuda-caching_allocator-not-built", lambda: torchmem.runtime.cuda.caching_allocator(), CUDANotBuiltError,
      "built without its CUDA part"),
-    ("cuda-pending_frees-not-built", lambda: torchmem.cuda.pending_frees(), CUDANotBuiltError,
+    ("cuda-pending_frees-not-built", lambda: torchmem.runtime.cuda.pending_frees(), CUDANotBuiltError,
      "built without its CUDA part"),
     ("arena-device-cuda-not-built", lambda: torchmem.Arena(1 << 20, device="cuda"), CUDANotBuiltError,
      "built without its CUDA part"),
     ("arena-block-cuda-not-built", lambda: torchmem.arena(1 << 20, device="cuda:0").__enter__(), CUDANotBuiltError,
      "built without its CUDA part"),
-    # An index names a CUDA device, as everywhere in torchmem (torchmem/devices.py).
+    # An index names a CUDA device, as everywhere in torchmem (torchmem/runtime/devices.py).
     ("arena-device-index-not-built", lambda: torchmem.Arena(1 << 20, device=5), CUDANotBuiltError,
      "built without its CUDA part"),
 ]

@@ -19,7 +19,7 @@ from torchmem import _core
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.formats.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
-from torchmem.snapshot import dump_snapshot
+from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, load
 from torchmem.formats.traces import TraceError
 

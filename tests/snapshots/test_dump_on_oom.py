@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 import torchmem
-from torchmem.oom import files
+from torchmem.runtime.oom import files
 
 from conftest import ROOT, last_json, ok, run_args, run_python, torchmem_here
 MiB = 1 << 20
@@ -51,7 +51,7 @@ def test_snapshot_written_at_oom_replays_the_oom(tmp_path):
             fill()
         except torch.OutOfMemoryError as e:
             message = str(e)
-        print(json.dumps({{"message": message, "written": torchmem.oom.written_snapshots(), "pid": os.getpid(),
+        print(json.dumps({{"message": message, "written": torchmem.runtime.oom.written_snapshots(), "pid": os.getpid(),
                           "reserved": torchmem.memory_reserved()}}))
     """, str(tmp_path)))
     path = str(tmp_path / f"oom_rank0_pid{out['pid']}.pickle")
@@ -99,7 +99,7 @@ def test_a_second_oom_gets_a_new_file_and_none_is_overwritten(tmp_path):
                 fill()
             except torch.OutOfMemoryError as e:
                 messages.append(str(e))
-        print(json.dumps({{"messages": messages, "written": torchmem.oom.written_snapshots()}}))
+        print(json.dumps({{"messages": messages, "written": torchmem.runtime.oom.written_snapshots()}}))
     """, str(tmp_path)))
     first, second = str(tmp_path / "oom_rank0-2.pickle"), str(tmp_path / "oom_rank0-3.pickle")
     assert out["written"] == [first, second]
@@ -118,7 +118,7 @@ def test_rank_from_the_environment_and_the_default_path(tmp_path):
             fill()
         except torch.OutOfMemoryError:
             pass
-        print(json.dumps({"written": torchmem.oom.written_snapshots(), "pid": os.getpid()}))
+        print(json.dumps({"written": torchmem.runtime.oom.written_snapshots(), "pid": os.getpid()}))
     """, str(tmp_path), env={"RANK": "3", "WORLD_SIZE": "4"}))
     path = os.path.join(str(tmp_path), f"oom_rank3_pid{out['pid']}.pickle")  # the default, in the working directory
     assert out["written"] == [path]
@@ -137,8 +137,8 @@ def test_full_disk_loses_the_snapshot_not_the_oom(tmp_path):
         try:
             fill()
         except torch.OutOfMemoryError as e:
-            print(json.dumps({{"message": str(e), "written": torchmem.oom.written_snapshots(),
-                              "failures": torchmem.oom.dumping()["failures"]}}))
+            print(json.dumps({{"message": str(e), "written": torchmem.runtime.oom.written_snapshots(),
+                              "failures": torchmem.runtime.oom.dumping()["failures"]}}))
     """, str(tmp_path))
     out = last_json(proc)
     message = out["message"]
@@ -181,7 +181,7 @@ def test_oom_in_a_python_thread_is_dumped(tmp_path):
                 caught.append(str(e))
         t = threading.Thread(target=worker)
         t.start(); t.join(60)
-        print(json.dumps({{"caught": caught, "written": torchmem.oom.written_snapshots()}}))
+        print(json.dumps({{"caught": caught, "written": torchmem.runtime.oom.written_snapshots()}}))
     """, str(tmp_path)))
     assert out["written"] == [str(tmp_path / "t.pickle")]
     assert "wrote a snapshot" in out["caught"][0]
@@ -196,7 +196,7 @@ def test_reinstall_with_another_conf_keeps_dumping(tmp_path):
             fill()
         except torch.OutOfMemoryError:
             pass
-        print(json.dumps({{"written": torchmem.oom.written_snapshots()}}))
+        print(json.dumps({{"written": torchmem.runtime.oom.written_snapshots()}}))
     """, str(tmp_path)))
     assert out["written"] == [str(tmp_path / "o.pickle")]
     from torchmem import replay as sim
@@ -226,16 +226,16 @@ def test_second_dump_on_oom_and_bad_paths(tmp_path):
         torchmem.install(conf="capacity:64MiB")
         attempt("under_a_file", lambda: torchmem.dump_on_oom({str(blocker / "x.pickle")!r}))
         attempt("state_after_bad", lambda: None)
-        errors["dumping_after_bad"] = torchmem.oom.dumping()
+        errors["dumping_after_bad"] = torchmem.runtime.oom.dumping()
         attempt("first", lambda: torchmem.dump_on_oom({str(tmp_path / "a.pickle")!r}))
         attempt("same_again", lambda: torchmem.dump_on_oom({str(tmp_path / "a.pickle")!r}))
         attempt("other_path", lambda: torchmem.dump_on_oom({str(tmp_path / "b.pickle")!r}))
         attempt("other_max_entries", lambda: torchmem.dump_on_oom({str(tmp_path / "a.pickle")!r}, max_entries=10))
         attempt("stop", lambda: torchmem.dump_on_oom(None))
-        errors["dumping_after_stop"] = torchmem.oom.dumping()
+        errors["dumping_after_stop"] = torchmem.runtime.oom.dumping()
         errors["recording_after_stop"] = torchmem._core.history_enabled(torchmem.caching_allocator())
         attempt("then_other_path", lambda: torchmem.dump_on_oom({str(tmp_path / "sub" / "b.pickle")!r}))
-        errors["dumping_at_end"] = torchmem.oom.dumping()
+        errors["dumping_at_end"] = torchmem.runtime.oom.dumping()
         print(json.dumps(errors))
     """, str(tmp_path)))
     assert out["before_install"][0] == "RuntimeError" and "torchmem.install()" in out["before_install"][1]
@@ -266,7 +266,7 @@ def test_second_dump_on_oom_and_bad_paths(tmp_path):
 def test_bad_templates_are_refused_before_anything_starts(path, error, words):
     with pytest.raises(error, match=words.replace("{", r"\{").replace("}", r"\}")):
         torchmem.dump_on_oom(path)
-    assert torchmem.oom.dumping() is None
+    assert torchmem.runtime.oom.dumping() is None
 
 
 @pytest.mark.parametrize("max_entries", [0, -5, 1.5, True, "10"])

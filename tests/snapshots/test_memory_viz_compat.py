@@ -14,7 +14,7 @@ from torch.cuda import _memory_viz as mv
 
 from torchmem import _core
 from torchmem import replay as sim
-from torchmem.snapshot import dump_snapshot
+from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, snapshot_from_replay
 
 from conftest import MiB, ok, run_args, run_python, sim_allocator
@@ -129,7 +129,7 @@ def test_installed_cpu_dump_reads_in_memory_viz(tmp_path):
     out = run_python(f"""
         import torch, torchmem
         from torch.cuda import _memory_viz as mv
-        from torchmem.snapshot import record_memory_history, dump_snapshot
+        from torchmem.runtime.snapshot import record_memory_history, dump_snapshot
         from torchmem.formats.snapshot_format import load
         torchmem.install()
         record_memory_history(max_entries=10_000)

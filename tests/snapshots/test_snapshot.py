@@ -7,7 +7,7 @@ import pytest
 
 from torchmem import _core
 from torchmem import replay as sim
-from torchmem.snapshot import dump_snapshot
+from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, load, snapshot_from_replay, validate_snapshot
 from torchmem.formats.traces import TraceError
 from torchmem.viz.timeline import timeline
@@ -260,7 +260,7 @@ def test_installed_cpu_allocator_end_to_end(tmp_path):
     path = tmp_path / "cpu.pickle"
     code = f"""
         import torch, torchmem
-        from torchmem.snapshot import memory_snapshot, record_memory_history, dump_snapshot
+        from torchmem.runtime.snapshot import memory_snapshot, record_memory_history, dump_snapshot
         from torchmem.formats.snapshot_format import load
         from torchmem.viz.totals import totals
         torchmem.install()
@@ -305,7 +305,7 @@ def test_record_before_install_says_so():
     """In a fresh interpreter: a test that installs torchmem in this one leaves its CPU allocator behind."""
     out = run_ok("""
         import pytest
-        from torchmem.snapshot import memory_snapshot, record_memory_history
+        from torchmem.runtime.snapshot import memory_snapshot, record_memory_history
 
         with pytest.raises(RuntimeError, match=r"torchmem.install\\(\\)"):
             record_memory_history()

@@ -2,8 +2,8 @@
 import torch
 
 import torchmem
-from torchmem.memory import flatten_stats
-from torchmem.summary import format_bytes
+from torchmem.runtime.memory import flatten_stats
+from torchmem.runtime.summary import format_bytes
 
 from conftest import MiB, sim_allocator
 

@@ -1,7 +1,7 @@
 """PyTorch's snapshot format: reading a snapshot file (load), checking it
 (validate_snapshot), and building one from the core's segments and history
 (build_snapshot, snapshot_from_replay). No torch: the command line's tools
-read snapshots with it. Recording one is torchmem.snapshot's.
+read snapshots with it. Recording one is torchmem.runtime.snapshot's.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def is_library_frame(filename: str) -> bool:
     # torchmem's own modules: a "torchmem" directory holding __init__-level modules or subpackages.
     if "torchmem" in parts[:-1]:
         after = parts[parts.index("torchmem") + 1:]
-        return bool(after) and (len(after) == 1 or after[0] in {"cli", "oom", "plan", "replay", "viz"})
+        return bool(after) and (len(after) == 1 or after[0] in {"cli", "formats", "plan", "replay", "runtime", "viz"})
     return False
 
 

@@ -63,7 +63,7 @@ inline constexpr const char* kNativePolicy = "native";
 // Note [CPU settings]
 // Two settings change decisions, so the native policy (and the simulated
 // and CUDA devices) keeps their defaults; torchmem.install() turns them on
-// for the CPU only (torchmem/_install.py, CPU_DEFAULTS):
+// for the CPU only (torchmem/runtime/_install.py, CPU_DEFAULTS):
 // - reuse_order: among the free blocks of the best-fitting size, the one with
 //   the lowest address (address, native) or the one most recently put back
 //   in its pool (recent): its cache lines are the likeliest to be warm.
@@ -71,7 +71,7 @@ inline constexpr const char* kNativePolicy = "native";
 //   the oldest segment, then the lowest address (its comparator,
 //   BlockComparatorSizeCounterAddress, orders by a counter each cudaMalloc'ed
 //   segment takes and its blocks inherit; torch 2.11 orders by address).
-//   torchmem.cuda picks it on CUDA for a torch that has it.
+//   torchmem.runtime.cuda picks it on CUDA for a torch that has it.
 // - min_block_size: the rounding granule and the least block, 512 B in the
 //   native policy (PyTorch's GPU rule); a power of two from 64 B (c10's CPU
 //   alignment) lets tiny tensors cost about what glibc charges.

@@ -114,7 +114,7 @@ def _pack(tensors: list, device: Any) -> int:
 
 def _segment_bytes(address: int, device: Any) -> int:
     """The size of the caching allocator's segment that holds `address` (0 if none does)."""
-    from torchmem.memory import caching_allocator
+    from torchmem.runtime.memory import caching_allocator
 
     allocator = caching_allocator(str(device))
     for seg in allocator.segments() if allocator is not None else []:
@@ -133,9 +133,9 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
     what it moves, for the moment of the copy."""
     import torch
 
-    from torchmem.devices import cpu_installed, device_name
-    from torchmem.memory import empty_cache, memory_reserved
-    from torchmem.planned import in_planned_step
+    from torchmem.runtime.devices import cpu_installed, device_name
+    from torchmem.runtime.memory import empty_cache, memory_reserved
+    from torchmem.runtime.planned import in_planned_step
 
     if not cpu_installed():
         raise RuntimeError("torchmem.compact() needs torchmem.install() first")

@@ -6,8 +6,10 @@ import warnings
 
 import torch  # loads libc10 before the extension
 
-from torchmem import _C, devices
-from torchmem.devices import ENV_CONF, given_conf, resolve_conf  # noqa: F401  (their old home: torchmem._install)
+from torchmem import _C
+
+from torchmem.runtime import devices
+from torchmem.runtime.devices import ENV_CONF, given_conf, resolve_conf  # noqa: F401  (their old home: torchmem.runtime._install)
 
 KINDS = ("caching",)
 
@@ -25,17 +27,17 @@ def install(kind: str = "caching", conf: str | None = None,
             defaults to $TORCHMEM_ALLOC_CONF, and on CUDA then to the
             variable PyTorch's own allocator reads (PYTORCH_CUDA_ALLOC_CONF,
             else PYTORCH_ALLOC_CONF from torch 2.10; Note [Settings on CUDA]
-            in torchmem/cuda.py). torchmem adds ``capacity``
+            in torchmem/runtime/cuda.py). torchmem adds ``capacity``
             (e.g. "8GiB"), ``per_process_memory_fraction`` and ``policy``:
             ``native`` (PyTorch's rules, the default) or ``stitch`` (the
             policy that needs the least memory, docs/stitch.md). On the CPU
             the config applies over ``reuse_order:recent,min_block_size:64``
-            (torchmem.cpu_settings); give ``reuse_order:address,
+            (torchmem.runtime.cpu_settings); give ``reuse_order:address,
             min_block_size:512`` for the native policy there.
         dump_on_oom: True, or a path template, to call
             ``torchmem.dump_on_oom(path)`` once installed: history is recorded
             and an out-of-memory error writes a snapshot (True: the default
-            path, "oom_rank{rank}_pid{pid}.pickle"). See torchmem.oom.
+            path, "oom_rank{rank}_pid{pid}.pickle"). See torchmem.runtime.oom.
 
     Installing again with another config starts a fresh caching allocator;
     tensors made by the old one are still freed correctly, but leave the
@@ -53,13 +55,13 @@ def install(kind: str = "caching", conf: str | None = None,
         if check is not None:
             check(dump_on_oom)  # e.g. the oom package's: a bad template is refused before anything is installed
     if torch.cuda.is_available():
-        from torchmem.cuda import install_cuda
+        from torchmem.runtime.cuda import install_cuda
 
         install_cuda(kind, conf)  # Note [Settings on CUDA]: conf, TORCHMEM_ALLOC_CONF, then PyTorch's variable
     else:
         _install_cpu(conf)
     for after, _ in devices.install_hooks():
-        after(dump_on_oom)  # the oom package's (torchmem/oom/dump.py) records, and dumps on OOM when asked
+        after(dump_on_oom)  # the oom package's (torchmem/runtime/oom/dump.py) records, and dumps on OOM when asked
 
 
 def _install_cpu(conf: str | None) -> None:
@@ -68,7 +70,7 @@ def _install_cpu(conf: str | None) -> None:
     PyTorch's CPU allocator has no settings variable, so PyTorch's
     (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF) is not read here; a
     warning names it when it is set and torchmem's settings are not."""
-    from torchmem.cpu_settings import with_cpu_defaults
+    from torchmem.runtime.cpu_settings import with_cpu_defaults
     from torchmem.pytorch_env import pytorch_conf
 
     given = given_conf(conf)

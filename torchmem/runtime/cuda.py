@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from torchmem import _C, _core
-from torchmem.devices import ENV_CONF, cuda_glue_built, cuda_index
+from torchmem.runtime.devices import ENV_CONF, cuda_glue_built, cuda_index
 from torchmem.pytorch_env import conf_items, cuda_conf_vars, cuda_pytorch_conf
-from torchmem.devices import cuda_installed as installed  # noqa: F401  (torchmem.cuda.installed())
+from torchmem.runtime.devices import cuda_installed as installed  # noqa: F401  (torchmem.runtime.cuda.installed())
 
 KINDS = ("caching",)
 
@@ -223,7 +223,7 @@ def native_reuse_order() -> str:
 
 
 def _index(device: Any) -> int:
-    """The CUDA device `device` names (torchmem.devices' rule; None: the current one)."""
+    """The CUDA device `device` names (torchmem.runtime.devices' rule; None: the current one)."""
     return torch.cuda.current_device() if device is None else cuda_index(device)
 
 

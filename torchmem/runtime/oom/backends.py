@@ -50,17 +50,17 @@ class TorchmemCpu:
     note_in_message = True
 
     def start_recording(self, max_entries: int) -> None:
-        from torchmem.snapshot import record_memory_history
+        from torchmem.runtime.snapshot import record_memory_history
 
         record_memory_history("all", max_entries=max_entries, stacks="python")
 
     def stop_recording(self) -> None:
-        from torchmem.snapshot import record_memory_history
+        from torchmem.runtime.snapshot import record_memory_history
 
         record_memory_history(None)
 
     def snapshot(self) -> dict:
-        from torchmem.snapshot import memory_snapshot
+        from torchmem.runtime.snapshot import memory_snapshot
 
         return memory_snapshot()
 
@@ -123,7 +123,7 @@ class NativeCuda(TorchmemCuda):
 
 def current_backend() -> Any:
     """The backend of the allocator PyTorch uses now; RuntimeError when no backend can record one."""
-    from torchmem.devices import cpu_installed, cuda_installed
+    from torchmem.runtime.devices import cpu_installed, cuda_installed
 
     if cuda_installed():
         return TorchmemCuda()

@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from torchmem import devices
-from torchmem.oom.backends import current_backend
-from torchmem.oom.files import DEFAULT_PATH, check_template, current_rank, format_path, prepare_directory, write_new
+from torchmem.runtime import devices
+from torchmem.runtime.oom.backends import current_backend
+from torchmem.runtime.oom.files import DEFAULT_PATH, check_template, current_rank, format_path, prepare_directory, write_new
 
 DEFAULT_MAX_ENTRIES = 100_000
 METADATA_KEY = "torchmem_oom"  # top-level key of the snapshot; readers of PyTorch's format ignore it

@@ -54,8 +54,10 @@ from typing import Any, Callable, Hashable, Iterator
 
 import torch  # loads libc10 before the extension
 
-from torchmem import _C, _core, devices
-from torchmem.memory import caching_allocator, empty_cache
+from torchmem import _C, _core
+
+from torchmem.runtime import devices
+from torchmem.runtime.memory import caching_allocator, empty_cache
 from torchmem.plan import Buffer, solve
 
 ALIGNMENT = 64
@@ -120,7 +122,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def device_name(device: Any = None) -> str:
-    """The device planned() uses for `device`: "cpu" or "cuda:N" (torchmem.devices' rule; None: "cuda:<current>"
+    """The device planned() uses for `device`: "cpu" or "cuda:N" (torchmem.runtime.devices' rule; None: "cuda:<current>"
     when torchmem is installed on CUDA, else "cpu")."""
     try:
         return devices.device_name(device)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchmem.memory import memory_stats
+from torchmem.runtime.memory import memory_stats
 from torchmem.sizes import fmt_size
 
 WIDTH = 75

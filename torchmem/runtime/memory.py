@@ -7,7 +7,7 @@ counts bytes in live tensors, ``reserved`` the bytes held from the device
 
 ``device``: None (the device torchmem is installed on: the current CUDA
 device when it is installed on CUDA, else the CPU), "cpu", "cuda", "cuda:N",
-an index or a torch.device (torchmem/devices.py).
+an index or a torch.device (torchmem/runtime/devices.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import warnings
 from collections import OrderedDict
 from typing import Any
 
-from torchmem.devices import caching_allocator  # the allocator serving a device, by torchmem.devices' rule
+from torchmem.runtime.devices import caching_allocator  # the allocator serving a device, by torchmem.runtime.devices' rule
 
 
 def flatten_stats(nested: dict) -> "OrderedDict[str, int]":

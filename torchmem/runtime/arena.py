@@ -50,7 +50,9 @@ from typing import Iterator
 
 import torch
 
-from torchmem import _C, _core, devices
+from torchmem import _C, _core
+
+from torchmem.runtime import devices
 
 __all__ = ["Arena", "ArenaEscapeError", "arena"]
 
@@ -76,7 +78,7 @@ class ArenaEscapeError(RuntimeError):
 
 def _on_cuda(device) -> bool:
     """Whether the arena's region comes from CUDA: a CUDA device, or None when torchmem is installed on CUDA
-    (torchmem.devices' rule)."""
+    (torchmem.runtime.devices' rule)."""
     return devices.is_cuda(device) or (device is None and devices.cuda_installed())
 
 
@@ -109,7 +111,7 @@ def _make_fallback(fallback, caching):
 
 
 def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, _core.Arena]":
-    from torchmem import cuda as tmcuda
+    from torchmem.runtime import cuda as tmcuda
 
     tmcuda._require_glue()  # CUDANotBuiltError without the CUDA part
     if not devices.cuda_installed():
@@ -130,7 +132,7 @@ class Arena:
             block of torchmem's CUDA caching allocator, serving the current
             stream); None: the device torchmem is installed on (CUDA's
             current device when it is installed on CUDA, else the CPU:
-            torchmem.devices' rule);
+            torchmem.runtime.devices' rule);
             "sim" (a simulated device: addresses only, for tests and
             planning); or a ``torchmem._C`` device.
         alignment: default alignment of allocations (a power of two >= 64).

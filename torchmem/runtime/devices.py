@@ -5,7 +5,7 @@ the compiled extension, so every module may read it:
 
 - the settings: ``given_conf`` / ``resolve_conf`` (``conf``, else
   $TORCHMEM_ALLOC_CONF, else the defaults); on CUDA, install() then falls
-  back to PyTorch's variable (Note [Settings on CUDA] in torchmem/cuda.py);
+  back to PyTorch's variable (Note [Settings on CUDA] in torchmem/runtime/cuda.py);
 - what is installed: ``cpu_installed()``, ``cuda_glue_built()``,
   ``cuda_installed()``;
 - the one device rule, ``device_name``: ``None`` is the device torchmem is

@@ -28,7 +28,7 @@ import pickle
 from typing import Any
 
 from torchmem import _core
-from torchmem.devices import caching_allocator, device_name
+from torchmem.runtime.devices import caching_allocator, device_name
 from torchmem.formats.snapshot_format import build_snapshot
 
 __all__ = ["dump_snapshot", "memory_snapshot", "record_memory_history"]
