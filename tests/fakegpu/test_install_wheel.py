@@ -112,14 +112,14 @@ def source_torch(python: Path) -> tuple[str, bool]:
 
 
 # Run in the source venv: the files of torch and of what it requires (its requirement closure, with the extras
-# each requirement names and the markers evaluated by packaging, as pip does), as {"site": site-packages,
-# "files": [paths relative to it]}. Files outside site-packages (console scripts, whose first line names the
-# source venv's python) are left out.
+# each requirement names and the markers evaluated by packaging, as pip does), as [site-packages, path relative
+# to it] pairs. Files outside site-packages (console scripts, whose first line names the source venv's python)
+# are left out.
 TORCH_FILES = r"""
 import importlib.metadata as m, json, os, sys
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-site, listed, seen, todo, files = None, set(), set(), [("torch", "")], []
+listed, seen, todo, files = set(), set(), [("torch", "")], []
 while todo:
     name, extra = todo.pop()
     if (name, extra) in seen:
@@ -133,16 +133,13 @@ while todo:
         listed.add(name)
         if dist.files is None:
             sys.exit(f"{name} has no RECORD: its files cannot be listed")
-        here = os.path.realpath(dist.locate_file(""))
-        site = site or here
-        if here != site:
-            sys.exit(f"{name} is installed in {here}, not in {site}")
-        files += [str(f) for f in dist.files if not str(f).startswith("..")]
+        here = os.path.realpath(dist.locate_file(""))  # a venv with system site-packages has two sites
+        files += [(here, str(f)) for f in dist.files if not str(f).startswith("..")]
     for line in dist.requires or []:
         req = Requirement(line)
         if req.marker is None or req.marker.evaluate({"extra": extra}):
             todo += [(canonicalize_name(req.name), e) for e in sorted(req.extras) or [""]]
-print(json.dumps({"site": site, "files": files}))
+print(json.dumps(files))
 """
 
 
@@ -159,15 +156,14 @@ def fresh_venv(venv: Path, source: Path) -> int:
     """A plain venv holding the source venv's torch and what torch requires: each file hard-linked where the two
     lie on one disk, else copied. Returns the number of files."""
     ok(run([sys.executable, "-m", "venv", venv]))
-    listing = json.loads(ok(run([source, "-c", TORCH_FILES])).stdout)
-    src, dst = Path(listing["site"]), site_packages(venv / "bin" / "python")
-    place = os.link if same_disk(src, dst) else shutil.copy2
-    for rel in listing["files"]:
+    files = json.loads(ok(run([source, "-c", TORCH_FILES])).stdout)
+    dst = site_packages(venv / "bin" / "python")
+    for site, rel in files:
         target = dst / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if not target.exists():
-            place(src / rel, target)
-    return len(listing["files"])
+            (os.link if same_disk(Path(site), dst) else shutil.copy2)(Path(site) / rel, target)
+    return len(files)
 
 
 def make_installed(flavour: str, tmp: Path) -> Installed:
