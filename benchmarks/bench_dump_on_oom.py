@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import torchmem  # noqa: E402
-from torchmem.progress import progress_bar  # noqa: E402
+from torchmem.cli.progress import progress_bar  # noqa: E402
 
 MODES = ("off", "history", "dump_on_oom")
 

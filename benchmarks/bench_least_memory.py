@@ -4,7 +4,7 @@ of bytes requested and live at once (issue 18).
     python benchmarks/bench_least_memory.py [--traces DIR] [--only NAME ...] [--json FILE]
 
 For each trace the smallest simulated capacity at which it completes is
-found by bisection over replays on a 2 MiB grid (torchmem.sim.min_capacity,
+found by bisection over replays on a 2 MiB grid (torchmem.replay.min_capacity,
 the search `torchmem advise` runs), under PyTorch's default settings,
 expandable_segments:True, max_split_size_mb:512 and torchmem's
 policy:stitch, and divided by the trace's peak of requested bytes.
@@ -15,7 +15,7 @@ Traces:
   in --traces, default out/traces): GPT-2 with 6 layers trained on lengths
   that vary step by step, BERT-base inference, BERT with 6 layers trained
   (masked LM), T5-small trained;
-- the demo's training trace (torchmem.workloads.fragmenting_training);
+- the demo's training trace (torchmem.replay.workloads.fragmenting_training);
 - the GPU-recorded snapshots in ../shared/data/snapshots (not part of the
   project; skipped when absent), replayed from their recorded start state.
 
@@ -147,7 +147,7 @@ def record(name: str, path: str) -> None:
 
 
 def load_traces(trace_dir: str, only: list[str], rerecord: bool) -> dict:
-    from torchmem import workloads
+    from torchmem.replay import workloads
     from torchmem import replay as sim
 
     traces = {}

@@ -25,7 +25,7 @@ import torch
 
 from tests.support import oracle
 from tests.support.deviations import DEVIATIONS, classify, proved
-from torchmem.progress import progress_bar
+from torchmem.cli.progress import progress_bar
 
 
 START_KINDS = ("from the start", "mid-run", "mid-run, expandable", "ring")

@@ -39,7 +39,7 @@ class Region:
 
 def scaled_trace(scale: int = 64) -> list[tuple[int, int, int]]:
     """(op, id, size) of the demo's training trace, sizes divided by `scale` (at least 512 B)."""
-    from torchmem import workloads
+    from torchmem.replay import workloads
 
     out = []
     for chunk in workloads.fragmenting_training().chunks():

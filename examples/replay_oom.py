@@ -8,13 +8,13 @@ recorded settings, the memory live when recording began, every allocation at
 its recorded address, the OOM with the capacity it implies. Then it asks
 advise which setting needs the least memory.
 
-Without SNAPSHOT it replays a synthetic training run (torchmem/workloads.py)
+Without SNAPSHOT it replays a synthetic training run (torchmem/replay/workloads.py)
 that runs out of memory through fragmentation on 80 GiB, under several
 settings.
 """
 import argparse
 
-from torchmem import workloads
+from torchmem.replay import workloads
 from torchmem.viz.replays import plot_replays
 from torchmem.replay import advise, compare, replay
 

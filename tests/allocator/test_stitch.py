@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import GiB, MiB, run_python
-from torchmem import _core, workloads
+from torchmem import _core
+from torchmem.replay import workloads
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise

@@ -1,11 +1,11 @@
-"""torchmem.progress: bars on a terminal only, and the bar for work with no count (reading a big snapshot)."""
+"""torchmem.cli.progress: bars on a terminal only, and the bar for work with no count (reading a big snapshot)."""
 from __future__ import annotations
 
 import io
 import sys
 import time
 
-from torchmem.progress import activity
+from torchmem.cli.progress import activity
 
 
 class Terminal(io.StringIO):

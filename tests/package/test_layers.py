@@ -1,75 +1,71 @@
-"""The package's layers: the formats and the runtime import no tool, and only the command line imports it.
+"""The package's layers: each row of torchmem's folders imports only from the rows below it.
 
-The formats (torchmem/formats/) read files: they import neither the runtime nor a tool.
-The runtime is what a training job loads: `import torchmem`, the swap (install,
-memory, snapshot, arena, paged, planned, oom) and what it stands on. The tools read what the
-runtime wrote: replay and advise, viz, preflight, the fake GPU and the command
-line. An edge is any import, at module level or inside a function, as
-tests/package/test_import_circles.py reads them; an import under TYPE_CHECKING is not
-one. The walk follows edges through the runtime's own helpers, so a tool
-reached through one of them is found too.
+The rows, top to bottom, are those docs/design.md draws. The command line drives everything; the face
+(`import torchmem`) loads the runtime's names; preflight runs the tools; the tools (replay, viz, the fake
+GPU) read what the runtime wrote; the runtime is what a training job loads; the planner, the file formats
+and the base helpers sit below. Folders in one row import nothing of each other. An edge is any import, at
+module level or inside a function, as tests/package/test_import_circles.py reads them; an import under
+TYPE_CHECKING is not one. The compiled modules (torchmem._core, torchmem._C) are below every row.
 """
 from __future__ import annotations
 
 from test_import_circles import import_graph
 
-RUNTIME = ("torchmem._install", "torchmem.memory", "torchmem.snapshot", "torchmem.arena", "torchmem.paged",
-           "torchmem.planned", "torchmem.oom")
-TOOLS = ("torchmem.replay", "torchmem.sim", "torchmem.viz", "torchmem.preflight", "torchmem.fakegpu",
-         "torchmem.cli", "torchmem.__main__")
-FORMATS = ("torchmem.formats",)  # the files read: above the core, below the tools and the runtime
-CLI = ("torchmem.cli", "torchmem.__main__")  # __main__ is `python -m torchmem`: the command line's entry
+ROWS: tuple[tuple[str, ...], ...] = (
+    ("torchmem.cli", "torchmem.__main__"),  # __main__ is `python -m torchmem`: the command line's entry
+    ("torchmem",),  # the face, torchmem/__init__.py
+    ("torchmem.preflight",),
+    ("torchmem.replay", "torchmem.viz", "torchmem.fakegpu"),
+    ("torchmem.runtime",),
+    ("torchmem.plan",),
+    ("torchmem.formats",),
+    ("torchmem.sizes", "torchmem.pytorch_env", "torchmem._extension"),
+)
+COMPILED = ("torchmem._core", "torchmem._C")
+SAME_FOLDER = {"torchmem.__main__": "torchmem.cli"}  # `python -m torchmem` is the command line's own entry
 
 
-def within(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
+def group_of(module: str) -> tuple[int, str] | None:
+    """The row of a module and the folder (or base module) it is in; None for the compiled modules."""
+    if module in COMPILED:
+        return None
+    for row, prefixes in enumerate(ROWS):
+        for prefix in prefixes:
+            if prefix == "torchmem" and module == "torchmem":
+                return row, prefix
+            if prefix != "torchmem" and (module == prefix or module.startswith(prefix + ".")):
+                return row, SAME_FOLDER.get(prefix, prefix)
+    raise AssertionError(f"{module} is in no row of ROWS: give it a folder of a layer")
 
 
-def paths_to(graph: dict[str, dict[str, int]], start: str, forbidden: tuple[str, ...]) -> list[list[str]]:
-    """Each way from `start` into a `forbidden` module, walking only through modules that are not."""
-    found, seen, stack = [], {start}, [[start]]
-    while stack:
-        path = stack.pop()
-        for target in sorted(graph[path[-1]]):
-            if target in seen:
+def upward_edges(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Each import of a module in the same row's other folder or in a row above, as 'a (line n) -> b'."""
+    found = []
+    for a, targets in sorted(graph.items()):
+        for b, line in sorted(targets.items()):
+            ga, gb = group_of(a), group_of(b)
+            if ga is None or gb is None or ga[1] == gb[1]:
                 continue
-            seen.add(target)
-            if within(target, forbidden):
-                found.append(path + [target])
-            else:
-                stack.append(path + [target])
+            if gb[0] <= ga[0]:
+                found.append(f"{a} (line {line}) -> {b}")
     return found
 
 
-def describe(path: list[str], graph: dict[str, dict[str, int]]) -> str:
-    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in zip(path, path[1:])) + f" -> {path[-1]}"
-
-
-def test_the_runtime_imports_no_tool():
+def test_every_module_is_in_a_row():
     graph = import_graph()
-    runtime = ["torchmem"] + [m for m in graph if within(m, RUNTIME)]  # `import torchmem` too
-    assert all(any(within(m, (name,)) for m in runtime) for name in RUNTIME)  # each name is a module here
-    found = [p for m in runtime for p in paths_to(graph, m, TOOLS)]
-    assert not found, "the runtime reaches a tool:\n  " + "\n  ".join(describe(p, graph) for p in found)
+    assert "torchmem.formats.traces" in graph and "torchmem.runtime.cuda" in graph
+    for module in graph:
+        group_of(module)
 
 
-def test_the_formats_import_no_tool_and_no_runtime():
-    graph = import_graph()
-    formats = [m for m in graph if within(m, FORMATS)]
-    assert "torchmem.formats.traces" in formats
-    found = [p for m in formats for p in paths_to(graph, m, TOOLS + RUNTIME)]
-    assert not found, "the formats reach a tool or the runtime:\n  " + "\n  ".join(describe(p, graph) for p in found)
+def test_every_import_runs_down_the_rows():
+    found = upward_edges(import_graph())
+    assert not found, "imports that run up the layers or across a row:\n  " + "\n  ".join(found)
 
 
-def test_nothing_outside_the_command_line_imports_it():
-    graph = import_graph()
-    found = [[a, b] for a, targets in graph.items() if not within(a, CLI) for b in targets if within(b, CLI)]
-    assert not found, "imports of the command line:\n  " + "\n  ".join(describe(p, graph) for p in found)
-
-
-def test_the_walk_finds_a_tool_behind_a_helper():
-    graph = {"torchmem.memory": {"torchmem.helper": 3}, "torchmem.helper": {"torchmem.replay.runner": 7},
-             "torchmem.replay.runner": {}}
-    assert paths_to(graph, "torchmem.memory", TOOLS) == [["torchmem.memory", "torchmem.helper", "torchmem.replay.runner"]]
-    assert describe(paths_to(graph, "torchmem.memory", TOOLS)[0], graph) == (
-        "torchmem.memory (line 3) -> torchmem.helper (line 7) -> torchmem.replay.runner")
+def test_the_check_finds_an_import_up_or_across():
+    graph = {"torchmem.formats.traces": {"torchmem.replay.snapshot_trace": 3, "torchmem._core": 4},
+             "torchmem.replay.runner": {"torchmem.viz.html": 9, "torchmem.formats.traces": 2},
+             "torchmem.runtime.memory": {"torchmem.runtime.devices": 5}}
+    assert upward_edges(graph) == ["torchmem.formats.traces (line 3) -> torchmem.replay.snapshot_trace",
+                                   "torchmem.replay.runner (line 9) -> torchmem.viz.html"]

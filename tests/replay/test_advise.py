@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.replay_recording import GiB, begin_mid_run, random_workload, record
-from torchmem import workloads
+from torchmem.replay import workloads
 from torchmem import replay as sim
 from torchmem.cli import main
 from torchmem.replay import advise, snapshot_trace

@@ -12,7 +12,9 @@ import pickle
 import numpy as np
 import pytest
 
-from torchmem import _C, workloads
+from torchmem import _C
+
+from torchmem.replay import workloads
 from torchmem import replay as sim
 from torchmem.formats.traces import Chunk, Trace, TraceError, from_events, write_jsonl
 from torchmem.replay.trace_files import load_trace
@@ -247,17 +249,9 @@ def test_cli_replay_bad_file_is_a_clear_error(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_the_earlier_name_warns_and_is_the_same_module():
-    """torchmem.replay is the one public name; torchmem.sim still imports, with a DeprecationWarning."""
+def test_the_earlier_name_is_gone():
+    """torchmem.replay is the one name: torchmem.sim was removed (docs/changes.md)."""
     import importlib
-    import sys
-    import warnings
 
-    from torchmem import replay
-
-    sys.modules.pop("torchmem.sim", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("torchmem.sim")
-    assert any(issubclass(w.category, DeprecationWarning) and "torchmem.replay" in str(w.message) for w in caught)
-    assert old.replay is replay.replay and old.__all__ == replay.__all__
+    with pytest.raises(ModuleNotFoundError, match="torchmem.sim"):
+        importlib.import_module("torchmem.sim")

@@ -38,11 +38,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from torchmem.cli import arguments
-    from torchmem.progress import progress_bar
+    from torchmem.cli.progress import progress_bar
     from torchmem.replay import advise, candidates, load_trace
     from torchmem.replay.advise_words import COLUMNS, table, verdict
 
-    from torchmem.progress import activity
+    from torchmem.cli.progress import activity
 
     with activity(f"reading {args.trace}", disable=args.no_progress or args.json):
         trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)

@@ -70,7 +70,7 @@ DEMO_CONFS = [
 
 
 def replay_fragmentation(out_dir: str) -> None:
-    from torchmem import workloads
+    from torchmem.replay import workloads
     from torchmem.replay import compare, min_capacity, replay
     from torchmem.viz.replays import plot_replays
 

@@ -31,12 +31,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchmem.progress import progress_bar
+    from torchmem.cli.progress import progress_bar
     from torchmem.formats.snapshot_format import load
     from torchmem.formats.traces import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 
-    from torchmem.progress import activity
+    from torchmem.cli.progress import activity
 
     with activity(f"reading {args.snapshot}", disable=args.no_progress or args.json):
         snapshot = load(args.snapshot)

@@ -36,7 +36,7 @@ def load_any(path: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchmem.progress import progress_bar
+    from torchmem.cli.progress import progress_bar
     from torchmem.viz.ranks import format_rows, rank_row
 
     if args.top < 0:

@@ -117,10 +117,10 @@ def environment_note(conf_source: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from torchmem.replay import replay
     from torchmem.cli import arguments
-    from torchmem.progress import progress_bar
+    from torchmem.cli.progress import progress_bar
     from torchmem.replay.trace_files import load_trace
 
-    from torchmem.progress import activity
+    from torchmem.cli.progress import activity
 
     with activity(f"reading {args.trace}", disable=args.no_progress or args.json):
         trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)

@@ -4,7 +4,6 @@
 dicts) through torchmem's caching allocator on a simulated device;
 ``advise()`` finds the settings under which it fits in the least memory;
 ``min_capacity(trace, conf)`` the least memory one config needs.
-``torchmem.sim``, its earlier name, still imports it, with a DeprecationWarning.
 """
 from torchmem.replay.runner import (
     MAX_TIMELINE_POINTS,
