@@ -12,8 +12,6 @@ and the functions below mirror ``torch.cuda.memory``: ``memory_stats()``,
 is raised, for ``torchmem replay`` and ``torchmem advise`` (docs/oom.md).
 """
 import os as _os
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING, Any
 
 if _os.environ.get("TORCHMEM_EXT_DIR"):
@@ -54,23 +52,6 @@ if TYPE_CHECKING:
     from torchmem.runtime.snapshot import dump_snapshot, memory_snapshot, record_memory_history
     from torchmem.formats.snapshot_format import snapshot_from_replay
     from torchmem.runtime.summary import memory_summary
-
-
-# Three names are both a module and the function in it (torchmem.arena.arena, .planned.planned,
-# .compact.compact). Importing such a module would set the package's attribute to the module; the face keeps
-# the name for the function, as an eager `from torchmem.runtime.arena import arena` did. The modules stay in
-# sys.modules, so `from torchmem.runtime.arena import Arena` is unchanged.
-_FUNCTION_NAMES = frozenset({"arena", "planned", "compact"})
-
-
-class _Face(_types.ModuleType):
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _FUNCTION_NAMES and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Face
 
 
 def __getattr__(name: str) -> Any:
