@@ -170,9 +170,10 @@ def run_child(workload: str, allocator: str, record: str | None, warmup: int, st
     if allocator == "torchmem":
         import torchmem
         from torchmem.runtime import cuda as tmcuda
+        from torchmem.runtime.devices import cuda_installed
 
         torchmem.install()  # before anything touches CUDA
-        if not tmcuda.installed():
+        if not cuda_installed():
             tmcuda.install_cuda()
             note = "torchmem.install() did not install on CUDA; installed with torchmem.runtime.cuda.install_cuda()"
     import torch

@@ -24,9 +24,9 @@ import time
 
 import numpy as np
 
-from torchmem.formats import traces
+from torchmem.formats import trace_types, traces
 from torchmem import replay as sim
-from torchmem.formats.traces import Chunk, Trace
+from torchmem.formats.trace_types import Chunk, Trace
 
 WINDOW = 2000
 SIZES = np.array([512, 4096, 65536, 1 << 20, 3 << 20, 12 << 20, 40 << 20, 64 << 20], dtype=np.uint64)
@@ -37,7 +37,7 @@ def sliding_window_trace(events: int) -> Trace:
         rng = np.random.default_rng(0)
         done, next_id = 0, 0
         while done < events:
-            n = min(traces.CHUNK, events - done)
+            n = min(trace_types.CHUNK, events - done)
             pairs = (n + 1) // 2  # alloc of id i, then free of id i - WINDOW
             alloc_ids = np.arange(next_id, next_id + pairs, dtype=np.int64)
             ops = np.tile(np.array([0, 1], dtype=np.uint8), pairs)

@@ -23,7 +23,7 @@ WORKER = r"""
 import json, resource, sys, time
 import numpy as np
 from torchmem import replay as sim
-from torchmem.formats.traces import Chunk, Trace
+from torchmem.formats.trace_types import Chunk, Trace
 
 events, conf = int(sys.argv[1]), sys.argv[2]
 WINDOW, CHUNK = 2000, 1 << 18

@@ -164,7 +164,8 @@ def run_case(case: dict[str, Any], checkout: Path, real_path: Path, out: Path, p
              reuse: bool = False) -> dict[str, Any]:
     from torchmem.preflight import PreflightError, run_command
     from torchmem.preflight.compare import Peaks, compare
-    from torchmem.formats.traces import TraceError, load_snapshot
+    from torchmem.formats.traces import load_snapshot
+    from torchmem.formats.trace_types import TraceError
 
     name = case["name"]
     folder = out / name

@@ -59,9 +59,6 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'torchmem' has no attribute {name!r}")
     import importlib
-
-    if module == "torchmem.runtime._install":
-        importlib.import_module("torchmem.runtime.oom")  # registers install(dump_on_oom=...)'s hook, as devices.py says
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

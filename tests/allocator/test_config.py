@@ -19,7 +19,7 @@ import pytest
 
 import torchmem
 from torchmem import _core
-from torchmem.runtime._install import resolve_conf
+from torchmem.runtime.devices import resolve_conf
 
 from conftest import GiB, MiB
 

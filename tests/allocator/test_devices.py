@@ -1,5 +1,5 @@
-"""torchmem/runtime/devices.py: the one rule that names a device, the allocator serving it,
-and the hooks install() runs (the oom package's), on this machine's CPU build."""
+"""torchmem/runtime/devices.py: the one rule that names a device and the allocator serving it,
+on this machine's CPU build; and install(dump_on_oom=...), which checks before it installs."""
 
 import pytest
 import torch
@@ -43,20 +43,12 @@ def test_a_cuda_device_is_refused_while_torchmem_is_not_installed_there(device):
         devices.caching_allocator(device)
 
 
-def test_installing_does_not_import_the_oom_package():
-    modules = package_modules()
-    for name in ("torchmem.runtime._install", "torchmem.runtime.cuda", "torchmem.runtime.devices"):
-        path, is_init = modules[name]
-        assert not [m for m in imports_of(name, path, is_init, modules) if m.startswith("torchmem.runtime.oom")], name
-
-
-def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
+def test_install_refuses_a_bad_dump_template_first_and_then_dumps(tmp_path):
     template = str(tmp_path / "oom_{pid}.pickle")
     out = run_python_json(f"""
         import json, torchmem
         from torchmem.runtime import devices
         from torchmem.runtime.oom import dump
-        hooks = devices.install_hooks()
         refused = ""
         try:
             torchmem.install(dump_on_oom="oom_{{step}}.pickle")  # the hook's check runs before anything is installed
@@ -64,11 +56,9 @@ def test_the_oom_package_registers_its_hook_and_install_runs_it(tmp_path):
             refused = str(e)
         installed_after_refusal = devices.cpu_installed() or devices.cuda_installed()
         torchmem.install(dump_on_oom={template!r})
-        print(json.dumps({{"hooks": [(a.__module__, a.__name__, c.__module__, c.__name__) for a, c in hooks],
-                          "refused": refused, "installed_after_refusal": installed_after_refusal,
+        print(json.dumps({{"refused": refused, "installed_after_refusal": installed_after_refusal,
                           "dumping": dump.dumping()}}))
     """)
-    assert out["hooks"] == [["torchmem.runtime.oom.dump", "_installed", "torchmem.runtime.oom.dump", "_check_install_request"]]
     assert "unknown placeholder {step}" in out["refused"] and not out["installed_after_refusal"]
     assert out["dumping"]["backend"] == ("torchmem-cuda" if torch.cuda.is_available() else "torchmem-cpu")
     assert out["dumping"]["path"] == template

@@ -42,6 +42,7 @@ def computed(checks: dict) -> dict:
 COMMON = """
 import json, os, torch, torchmem
 from torchmem.runtime import cuda as tmcuda
+from torchmem.runtime.devices import cuda_installed
 FAKE_GPU = os.environ.get("TORCHMEM_FAKEGPU") == "1"
 
 def filled(shape, value, dtype=torch.float32, device="cuda"):
@@ -92,7 +93,7 @@ def run_json(code: str, **kwargs) -> dict:
 # notes what a call returns, or what it raised, and goes on.
 NOTES = """
 import gc, sys, time
-INSTALLED = tmcuda.installed()
+INSTALLED = cuda_installed()
 
 def note(key, value):
     print("@note " + json.dumps({key: value}), flush=True)

@@ -9,6 +9,7 @@ import torch
 import torchmem
 from torchmem import _C, _core
 from torchmem.runtime import cuda as tmcuda
+from torchmem.runtime.devices import cuda_installed
 
 CUDA_ONLY_STRINGS = (b"cuda_install", b"cuMemAddressReserve", b"CudaAllocator")
 
@@ -49,7 +50,7 @@ def test_cpu_build_has_no_cuda_part():
         assert s not in data, s
     with pytest.raises(tmcuda.CUDANotBuiltError, match="without its CUDA part"):
         tmcuda.install_cuda()
-    assert tmcuda.installed() is False
+    assert cuda_installed() is False
 
 
 @pytest.mark.skipif(torch.version.cuda is None, reason="needs a CUDA build of torch")
@@ -70,7 +71,7 @@ def test_thread_allocator_push_and_pop_refuse_misuse_without_touching_cuda():
     was_initialised = torch.cuda.is_initialized()
     with pytest.raises(RuntimeError, match="without a matching push"):
         _C.cuda_pop_thread_allocator(0)
-    if not tmcuda.installed():
+    if not cuda_installed():
         slab = _core.PlannedSlab(_core.CachingAllocator(_core.HostDevice()))
         with pytest.raises(RuntimeError, match="torchmem.install"):
             _C.cuda_push_thread_allocator(0, slab)
@@ -113,6 +114,7 @@ def test_torch_dispatches_to_the_overrides_without_initialising_cuda():
         """
         import json, torch
         from torchmem.runtime import cuda as tmcuda
+        from torchmem.runtime.devices import cuda_installed
         tmcuda.install_cuda()
         C = torch._C
         stats = C._cuda_memoryStats(0)
@@ -123,7 +125,7 @@ def test_torch_dispatches_to_the_overrides_without_initialising_cuda():
         except TypeError:
             snap = C._cuda_memorySnapshot()
         print(json.dumps({
-            "installed": tmcuda.installed(),
+            "installed": cuda_installed(),
             "backend": torch.cuda.get_allocator_backend(),
             "num_ooms": stats["num_ooms"],
             "has_segments": "segments" in snap,

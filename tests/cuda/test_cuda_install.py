@@ -19,7 +19,7 @@ def test_allocations_go_through_torchmem_and_torch_stats_report_them():
         """
         x = torch.empty(1000, 1000, device="cuda")
         r = {
-            "installed": tmcuda.installed(),
+            "installed": cuda_installed(),
             "backend": torch.cuda.get_allocator_backend(),
             "allocated": torch.cuda.memory_allocated(),
             "reserved": torch.cuda.memory_reserved(),
@@ -59,7 +59,7 @@ def test_install_through_torchmem_install():
         """
         torchmem.install()
         x = filled(10, 1.0)
-        print(json.dumps({"installed": tmcuda.installed(), "sum": host_sum(x),
+        print(json.dumps({"installed": cuda_installed(), "sum": host_sum(x),
                           "ours": tmcuda.caching_allocator(0).owns(x.data_ptr())}))
         """,
         install=False,

@@ -29,7 +29,7 @@ from torchmem import replay as sim
 from torchmem.formats.snapshot_format import snapshot_from_replay
 from tests.support import oracle
 from torchmem.replay.memory_limit import conf_fraction
-from torchmem.formats.traces import TraceError
+from torchmem.formats.trace_types import TraceError
 
 MiB = 1 << 20
 GiB = 1 << 30

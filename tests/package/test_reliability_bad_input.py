@@ -18,7 +18,7 @@ import torchmem
 import torchmem.runtime.cuda
 from conftest import run_python
 from torchmem import _core
-from torchmem.formats import traces
+from torchmem.formats import trace_types
 from torchmem.replay.trace_files import load_trace
 from torchmem import replay as sim
 from torchmem.cli import main as cli_main
@@ -106,18 +106,18 @@ CASES = [
     ("replay-others-negative", lambda: sim.replay(EV, "1GiB", in_use_by_others=-1), ValueError, "non-negative"),
     ("replay-trace-none", lambda: sim.replay(None), TypeError, "not iterable"),
     ("replay-missing-file", lambda: sim.replay("/nonexistent/trace.pickle"), FileNotFoundError, "no such file"),
-    ("replay-free-unknown-id", lambda: sim.replay([{"op": "free", "id": 3}], "1GiB"), traces.TraceError,
+    ("replay-free-unknown-id", lambda: sim.replay([{"op": "free", "id": 3}], "1GiB"), trace_types.TraceError,
      "event 0: free of id 3"),
-    ("replay-alloc-live-id", lambda: sim.replay([{"op": "alloc", "id": 3, "size": 5}] * 2, "1GiB"), traces.TraceError,
+    ("replay-alloc-live-id", lambda: sim.replay([{"op": "alloc", "id": 3, "size": 5}] * 2, "1GiB"), trace_types.TraceError,
      "event 1: alloc of id 3, which is already live"),
-    ("replay-unknown-op", lambda: sim.replay([{"op": "malloc", "id": 1, "size": 5}], "1GiB"), traces.TraceError,
+    ("replay-unknown-op", lambda: sim.replay([{"op": "malloc", "id": 1, "size": 5}], "1GiB"), trace_types.TraceError,
      "unknown op 'malloc'"),
-    ("replay-event-not-dict", lambda: sim.replay([[1, 2]], "1GiB"), traces.TraceError, "expected an object"),
+    ("replay-event-not-dict", lambda: sim.replay([[1, 2]], "1GiB"), trace_types.TraceError, "expected an object"),
     ("replay-negative-stream", lambda: sim.replay([{"op": "alloc", "id": 1, "size": 5, "stream": -1}], "1GiB"),
-     traces.TraceError, "non-negative"),
-    ("replay-missing-id", lambda: sim.replay([{"op": "alloc", "size": 5}], "1GiB"), traces.TraceError,
+     trace_types.TraceError, "non-negative"),
+    ("replay-missing-id", lambda: sim.replay([{"op": "alloc", "size": 5}], "1GiB"), trace_types.TraceError,
      "bad or missing field"),
-    ("replay-size-2**64", lambda: sim.replay([{"op": "alloc", "id": 1, "size": 2**64}], "1GiB"), traces.TraceError,
+    ("replay-size-2**64", lambda: sim.replay([{"op": "alloc", "id": 1, "size": 2**64}], "1GiB"), trace_types.TraceError,
      "below 2**64"),
     ("replay-progress-not-callable", lambda: sim.replay(EV, "1GiB", progress=5), TypeError, "not callable"),
     ("replay-history-negative", lambda: sim.replay(EV, "1GiB", history=-1), TypeError, "incompatible function"),
@@ -287,28 +287,28 @@ def _events(path, **kw):
 
 FILE_CASES = [
     # (id, file name, contents, loader, error, fragment)
-    ("trace-empty-file", "e.jsonl", "", _events, traces.TraceError, "empty file"),
-    ("trace-unknown-format", "g.bin", "hello world", _events, traces.TraceError, "unknown format"),
+    ("trace-empty-file", "e.jsonl", "", _events, trace_types.TraceError, "empty file"),
+    ("trace-unknown-format", "g.bin", "hello world", _events, trace_types.TraceError, "unknown format"),
     ("trace-truncated-pickle", "t.pickle", _snapshot([[{"action": "alloc", "addr": 1, "size": 5}]])[:20], _events,
-     traces.TraceError, "truncated"),
-    ("trace-pickle-not-snapshot", "l.pickle", pickle.dumps([1, 2]), _events, traces.TraceError, "not a memory snapshot"),
-    ("trace-pickle-no-device-traces", "n.pickle", pickle.dumps({"segments": []}), _events, traces.TraceError,
+     trace_types.TraceError, "truncated"),
+    ("trace-pickle-not-snapshot", "l.pickle", pickle.dumps([1, 2]), _events, trace_types.TraceError, "not a memory snapshot"),
+    ("trace-pickle-no-device-traces", "n.pickle", pickle.dumps({"segments": []}), _events, trace_types.TraceError,
      "no device_traces"),
     ("trace-pickle-device-traces-dict", "d.pickle", pickle.dumps({"segments": [], "device_traces": {"a": 1}}), _events,
-     traces.TraceError, "no device_traces"),
-    ("trace-pickle-unknown-action", "a.pickle", _snapshot([[{"action": "boom", "addr": 1, "size": 512}]]), _events, traces.TraceError,
+     trace_types.TraceError, "no device_traces"),
+    ("trace-pickle-unknown-action", "a.pickle", _snapshot([[{"action": "boom", "addr": 1, "size": 512}]]), _events, trace_types.TraceError,
      "unknown action 'boom'"),
-    ("trace-pickle-entry-not-dict", "x.pickle", _snapshot([[5]]), _events, traces.TraceError, "not a trace entry"),
-    ("jsonl-not-json", "b.jsonl", '{"op": "alloc", "id": 1, "size"\n', _events, traces.TraceError,
+    ("trace-pickle-entry-not-dict", "x.pickle", _snapshot([[5]]), _events, trace_types.TraceError, "not a trace entry"),
+    ("jsonl-not-json", "b.jsonl", '{"op": "alloc", "id": 1, "size"\n', _events, trace_types.TraceError,
      "line 1: not JSON"),
-    ("jsonl-array-line", "a.jsonl", '{"op": "alloc", "id": 1, "size": 4}\n[1, 2]\n', _events, traces.TraceError,
+    ("jsonl-array-line", "a.jsonl", '{"op": "alloc", "id": 1, "size": 4}\n[1, 2]\n', _events, trace_types.TraceError,
      "line 2: expected an object"),
-    ("jsonl-alloc-0", "z.jsonl", '{"op": "alloc", "id": 1, "size": 0}\n', _events, traces.TraceError, "alloc of 0 bytes"),
-    ("jsonl-nan-size", "n.jsonl", '{"op": "alloc", "id": 1, "size": NaN}\n', _events, traces.TraceError,
+    ("jsonl-alloc-0", "z.jsonl", '{"op": "alloc", "id": 1, "size": 0}\n', _events, trace_types.TraceError, "alloc of 0 bytes"),
+    ("jsonl-nan-size", "n.jsonl", '{"op": "alloc", "id": 1, "size": NaN}\n', _events, trace_types.TraceError,
      "line 1: size must be an integer"),
-    ("jsonl-infinite-size", "i.jsonl", '{"op": "alloc", "id": 1, "size": Infinity}\n', _events, traces.TraceError,
+    ("jsonl-infinite-size", "i.jsonl", '{"op": "alloc", "id": 1, "size": Infinity}\n', _events, trace_types.TraceError,
      "line 1: size must be an integer"),
-    ("jsonl-binary", "bin.jsonl", b"{\xff\xfe\n", _events, traces.TraceError, "line 1: not UTF-8"),
+    ("jsonl-binary", "bin.jsonl", b"{\xff\xfe\n", _events, trace_types.TraceError, "line 1: not UTF-8"),
     ("csv-empty", "e.csv", "", load_csv, ValueError, "empty file"),
     ("csv-bad-header", "h.csv", "a,b,c,d\n", load_csv, ValueError, ":1: expected header"),
     ("csv-short-row", "s.csv", "id,lower,upper,size\n0,1,2\n", load_csv, ValueError, ":2: expected 4 fields"),
@@ -332,7 +332,7 @@ def test_bad_file(tmp_path, name, data, loader, error, fragment):
 def test_trace_device_out_of_range(tmp_path):
     path = _write(tmp_path, "s.pickle", _snapshot([[]]))
     for device in (5, -1):
-        with pytest.raises(traces.TraceError, match=f"no device {device}"):
+        with pytest.raises(trace_types.TraceError, match=f"no device {device}"):
             load_trace(path, device=device)
 
 
@@ -452,7 +452,7 @@ def test_cli_plan_does_not_report_an_overflowed_plan_as_valid(tmp_path, capsys):
 
 
 def test_trace_fractional_size_is_an_error():
-    with pytest.raises(traces.TraceError):
+    with pytest.raises(trace_types.TraceError):
         sim.replay([{"op": "alloc", "id": 1, "size": 1.7}], "1GiB")
 
 

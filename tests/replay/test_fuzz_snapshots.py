@@ -41,7 +41,7 @@ def test_damaged_files_end_cleanly(tmp_path, seed, kind, fmt):
        kind=st.sampled_from(["wrong_type", "missing_key", "size", "address", "double_free", "oom_no_request"]))
 def test_damage_to_an_entry_is_named_where_it_is(tmp_path, seed, kind):
     from torchmem import replay as sim
-    from torchmem.formats.traces import TraceError
+    from torchmem.formats.trace_types import TraceError
 
     path = str(tmp_path / f"case-{seed}")
     fuzz_cases.write_case(path, seed, kind, "pickle")
@@ -54,7 +54,7 @@ def test_damage_to_an_entry_is_named_where_it_is(tmp_path, seed, kind):
 def test_every_kind_of_damage_is_refused_somewhere(tmp_path):
     """A fuzzer whose damage never trips a check tests nothing: each kind is refused in some of 8 seeds."""
     from torchmem import replay as sim
-    from torchmem.formats.traces import TraceError
+    from torchmem.formats.trace_types import TraceError
 
     for kind in fuzz_cases.KINDS:
         refused = 0

@@ -16,7 +16,7 @@ import pytest
 
 from torchmem import _core
 
-from torchmem.formats import traces
+from torchmem.formats import trace_types, traces
 from torchmem.replay.trace_files import load_trace
 from torchmem import replay as sim
 
@@ -44,14 +44,14 @@ def reference(data: bytes) -> tuple[list[list[int]], str | None]:
             return columns, f"line {lineno}: not UTF-8 text"
         try:
             parsed = traces._parse_event(event, f"line {lineno}")
-        except traces.TraceError as exc:
+        except trace_types.TraceError as exc:
             return columns, str(exc)
         for column, value in zip(columns, parsed):
             column.append(value)
     return columns, None
 
 
-def read_cpp(path, buffer_bytes: int | None = None, max_events=(traces.CHUNK,)):
+def read_cpp(path, buffer_bytes: int | None = None, max_events=(trace_types.CHUNK,)):
     """Events and error message from _core.JsonlReader, reading max_events in turn."""
     reader = _core.JsonlReader(str(path)) if buffer_bytes is None else _core.JsonlReader(str(path), buffer_bytes)
     columns: list[list[int]] = [[], [], [], []]
@@ -163,7 +163,7 @@ def random_file(rng: random.Random, lines: int) -> bytes:
 def test_random_valid_files_read_as_json_loads_reads_them(tmp_path, seed):
     rng = random.Random(seed)
     data = random_file(rng, rng.choice([1, 5, 50, 400]))
-    columns, error = check(tmp_path, data, max_events=(rng.choice([1, 3, 64, traces.CHUNK]),))
+    columns, error = check(tmp_path, data, max_events=(rng.choice([1, 3, 64, trace_types.CHUNK]),))
     assert error is None and len(columns[0]) > 0
 
 
@@ -210,11 +210,11 @@ def test_lines_longer_than_the_buffer(tmp_path):
 
 
 def test_load_jsonl_yields_chunks_of_chunk_events(tmp_path):
-    n = 2 * traces.CHUNK + 5
+    n = 2 * trace_types.CHUNK + 5
     path = tmp_path / "t.jsonl"
     path.write_text("".join(f'{{"op": "alloc", "id": {i}, "size": {i + 1}}}\n' for i in range(n)))
     chunks = list(traces.load_jsonl(str(path)).chunks())
-    assert [len(c) for c in chunks] == [traces.CHUNK, traces.CHUNK, 5]
+    assert [len(c) for c in chunks] == [trace_types.CHUNK, trace_types.CHUNK, 5]
     assert np.concatenate([c.ids for c in chunks]).tolist() == list(range(n))
     assert np.concatenate([c.sizes for c in chunks]).tolist() == list(range(1, n + 1))
     assert sim.replay(str(path), "64GiB").events == n
@@ -437,7 +437,7 @@ def test_files_that_cannot_be_read_raise_os_errors(tmp_path):
 def test_trace_errors_name_the_file(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(ALLOC_LINE + b'{"op": "alloc", "id": 2, "size": 4096.0}\n')
-    with pytest.raises(traces.TraceError) as info:
+    with pytest.raises(trace_types.TraceError) as info:
         list(load_trace(str(path)).chunks())
     assert str(info.value) == f"{path}: line 2: size must be an integer, got 4096.0"
 

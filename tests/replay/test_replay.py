@@ -16,7 +16,8 @@ from torchmem import _C
 
 from torchmem.replay import workloads
 from torchmem import replay as sim
-from torchmem.formats.traces import Chunk, Trace, TraceError, from_events, write_jsonl
+from torchmem.formats.traces import from_events, write_jsonl
+from torchmem.formats.trace_types import Chunk, Trace, TraceError
 from torchmem.replay.trace_files import load_trace
 
 from conftest import GiB, MiB, ok, torchmem_here, sim_allocator

@@ -22,7 +22,7 @@ from tests.support.replay_recording import (
 from torchmem import replay as sim
 from torchmem.formats.snapshot_format import snapshot_from_replay
 from torchmem.replay.memory_limit import conf_fraction
-from torchmem.formats.traces import TraceError
+from torchmem.formats.trace_types import TraceError
 
 
 def write(tmp_path, snapshot, name="snap.pickle"):

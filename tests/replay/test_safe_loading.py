@@ -21,7 +21,7 @@ from torchmem.cli import main
 from torchmem.formats.safe_pickle import DamagedPickleError, UnsafePickleError, loads_plain
 from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, load
-from torchmem.formats.traces import TraceError
+from torchmem.formats.trace_types import TraceError
 
 from conftest import MiB, sim_allocator
 

@@ -9,7 +9,7 @@ from torchmem import _core
 from torchmem import replay as sim
 from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, load, snapshot_from_replay, validate_snapshot
-from torchmem.formats.traces import TraceError
+from torchmem.formats.trace_types import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
 

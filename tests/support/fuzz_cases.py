@@ -203,7 +203,7 @@ def readers() -> list[tuple[str, Callable[[str], Any]]]:
         import io
 
         from torchmem.cli import main
-        from torchmem.formats.traces import TraceError
+        from torchmem.formats.trace_types import TraceError
 
         err, out = io.StringIO(), io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -225,7 +225,7 @@ class Failure(Exception):
 
 def check_case(path: str, time_limit: float = 60.0) -> dict[str, str]:
     """Run every reader on `path`: {reader: "ok" | "TraceError"}; Failure for anything else."""
-    from torchmem.formats.traces import TraceError
+    from torchmem.formats.trace_types import TraceError
 
     out = {}
     for name, read in readers():

@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from torchmem.sizes import parse_bytes
-from torchmem.formats.traces import ArgumentError
+from torchmem.formats.trace_types import ArgumentError
 
 
 class Parser(argparse.ArgumentParser):
@@ -142,7 +142,7 @@ def require_trace(trace: Any, path: str, device_given: bool, what: str) -> None:
     With --device N given and another device holding the trace: DeviceError
     (exit 2), naming the devices that have one; else TraceError (exit 1).
     """
-    from torchmem.formats.traces import DeviceError, TraceError
+    from torchmem.formats.trace_types import DeviceError, TraceError
 
     recorded = trace.recorded
     if recorded is None or recorded.entries:

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from torchmem.formats.traces import ArgumentError
+from torchmem.formats.trace_types import ArgumentError
 
 
 def register(subparsers) -> None:
@@ -49,7 +49,7 @@ def run(args) -> int:
 
 def _check_csv_head(path: str, head: bytes) -> None:
     """A CSV is text: say what a pickle, a .pt2 (zip) or other binary file given instead is."""
-    from torchmem.formats.traces import TraceError
+    from torchmem.formats.trace_types import TraceError
 
     what = ("a pickle (a memory snapshot? torchmem replay and advise read those)" if head[:1] == b"\x80" else
             "a zip archive (an exported model? plan reads it from a file named .pt2)" if head[:2] == b"PK" else

@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchmem.cli.progress import progress_bar
     from torchmem.formats.snapshot_format import load
-    from torchmem.formats.traces import TraceError
+    from torchmem.formats.trace_types import TraceError
     from torchmem.viz.png import plot_segments, plot_timeline
 
     from torchmem.cli.progress import activity

@@ -60,7 +60,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from torchmem.fakegpu import FakeGPUError, card
     from torchmem.preflight import OOM_EXIT, PreflightError, WorldError, check_conf, parse_ranks, run_command
-    from torchmem.formats.traces import ArgumentError
+    from torchmem.formats.trace_types import ArgumentError
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -112,7 +112,7 @@ def _search(args: argparse.Namespace, command: list[str]) -> int:
 
     from torchmem.fakegpu import FakeGPUError
     from torchmem.preflight.search import SearchError, format_limits, parse_cards, parse_space, search
-    from torchmem.formats.traces import ArgumentError
+    from torchmem.formats.trace_types import ArgumentError
 
     if args.world_size is not None or args.devices != 1:
         raise ArgumentError("--search runs one process on one device: leave out --world-size and --devices")

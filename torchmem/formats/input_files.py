@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from torchmem.formats.safe_pickle import DamagedPickleError, UnsafePickleError, load_plain
-from torchmem.formats.trace_types import TraceError, short_repr  # noqa: F401  (short_repr: its callers import it here)
+from torchmem.formats.trace_types import TraceError
 
 PICKLE, JSON_SNAPSHOT, JSONL = "pickle", "json", "jsonl"
 

@@ -201,7 +201,7 @@ def _check_keys(obj: Any, keys: dict, where: str) -> None:
 
 
 def _check_value(value: Any, key: str, typ: Any, where: str) -> None:
-    from torchmem.formats.input_files import short_repr
+    from torchmem.formats.trace_types import short_repr
 
     if not isinstance(value, typ) or isinstance(value, bool):
         name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)

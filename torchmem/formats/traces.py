@@ -14,7 +14,7 @@ Three formats are read, chosen by looking at the file:
 An event is (op, id, size, stream) with op 0 = alloc, 1 = free. Events come
 in numpy chunks so that a trace of tens of millions of events never sits in
 memory as Python objects. The types (``Trace``, ``Chunk``, ``TraceError``,
-...) are in torchmem/formats/trace_types.py, a leaf module, and are re-exported here.
+...) are in torchmem/formats/trace_types.py, a leaf module.
 """
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from torchmem import _core
-from torchmem.formats.trace_types import (  # noqa: F401  (the trace types, re-exported: torchmem.formats.traces.Trace, ...)
-    ALLOC, CHUNK, FREE, SNAPSHOT_ACTIONS, ArgumentError, Chunk, DeviceError, Trace, TraceError,
-)
+from torchmem.formats.trace_types import ALLOC, CHUNK, FREE, Chunk, Trace, TraceError, short_repr
 
 
 class _ChunkBuilder:
@@ -94,8 +92,6 @@ def _short(value: Any, limit: int = 40) -> str:
     try:
         return repr(value)[:limit]
     except RecursionError:
-        from torchmem.formats.input_files import short_repr
-
         return short_repr(value, limit)
 
 

@@ -95,7 +95,7 @@ def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: boo
 
 def format_cards(rows: list[CardFit], process: str, device: int) -> list[str]:
     """The report's last section: one line per card."""
-    from torchmem.replay.runner import fmt_size
+    from torchmem.sizes import fmt_size
 
     lines = [f"The catalog's cards, from {process} device {device}'s trace replayed under the run's setting at "
              "each card's allocator capacity (total less the memory outside the allocator):"]

@@ -21,7 +21,7 @@ RULE = ("A run fits when its peak reserved plus the memory outside PyTorch's all
 
 def outside_note(card: "Card") -> str:
     """What the verdict counted outside the allocator, and where the figure comes from."""
-    from torchmem.replay.runner import fmt_size
+    from torchmem.sizes import fmt_size
 
     if card.outside is None:
         return ("A bare size has no known memory outside the allocator: none is assumed, so the whole size is "
@@ -65,7 +65,7 @@ def warnings_for(report: "Report") -> list[str]:
         out.append(CUDNN)
     nccl = max((d.nccl for d in report.devices), default=0)
     if nccl:
-        from torchmem.replay.runner import fmt_size
+        from torchmem.sizes import fmt_size
 
         out.append(NCCL.format(size=f"up to {fmt_size(nccl)}"))
     notes = {n for p in report.processes for n in p.get("notes", [])}
@@ -77,7 +77,7 @@ def warnings_for(report: "Report") -> list[str]:
 
 def format_report(report: "Report") -> str:
     from torchmem.replay.advise_words import COLUMNS, table, verdict
-    from torchmem.replay.runner import fmt_size
+    from torchmem.sizes import fmt_size
 
     card = report.card
     first = report.processes[0] if report.processes else {}
@@ -138,7 +138,7 @@ def format_report(report: "Report") -> str:
 
 def step_lines(report: "Report") -> list[str]:
     """--steps: each counted step's peaks per device, whether the last two agree, and a run that ended early."""
-    from torchmem.replay.runner import fmt_size
+    from torchmem.sizes import fmt_size
 
     lines = []
     for p in report.processes:

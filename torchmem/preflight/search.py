@@ -196,7 +196,7 @@ def _limit(card: Card, largest: int, probes: dict[int, _Probe], space: Space, ma
 
 def format_limits(limits: list[CardLimit], space: Space, margin: float, steps: int) -> str:
     """The search's table, one card per line."""
-    from torchmem.replay.runner import fmt_size
+    from torchmem.sizes import fmt_size
 
     lines = [f"The largest {space.name} in {space.lo}..{space.hi} that fits each card, with {margin:.0%} of the card "
              f"left free, over the first {steps} optimizer step{'s' if steps != 1 else ''}:"]

@@ -10,21 +10,19 @@ from torchmem.replay.runner import (
     ReplayResult,
     as_trace,
     compare,
-    fmt_size,
-    gib,
     normalize_conf,
-    parse_bytes,
     parse_capacity,
     replay,
 )
 from torchmem.replay.snapshot_trace import RecordedRun, recorded_conf, snapshot_trace
 from torchmem.replay.start_state import StartState
-from torchmem.formats.traces import Trace, TraceError, from_events
+from torchmem.formats.trace_types import Trace, TraceError
+from torchmem.formats.traces import from_events
 from torchmem.replay.trace_files import load_trace
 
 __all__ = [
     "MAX_TIMELINE_POINTS", "RecordedRun", "ReplayResult", "StartState", "Trace", "TraceError", "as_trace", "compare",
-    "from_events", "fmt_size", "gib", "load_trace", "normalize_conf", "parse_bytes", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
+    "from_events", "load_trace", "normalize_conf", "parse_capacity", "recorded_conf", "replay", "snapshot_trace",
 ]
 from torchmem.replay.advise import STITCH, Advice, advise, candidates, min_capacity  # noqa: E402
 

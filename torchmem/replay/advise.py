@@ -25,8 +25,9 @@ from typing import Callable, Iterable
 from torchmem import _core
 from torchmem.pytorch_env import conf_items
 from torchmem.replay.capacity import recorded_capacity
-from torchmem.replay.runner import as_trace, fmt_size, normalize_conf, parse_capacity, replay
-from torchmem.formats.traces import Trace
+from torchmem.replay.runner import as_trace, normalize_conf, parse_capacity, replay
+from torchmem.sizes import fmt_size
+from torchmem.formats.trace_types import Trace
 
 GRID = _core.rules.ROUND_LARGE  # capacities are searched on a 2 MiB grid, the granularity of device allocations
 MAX_GROWTH = 64  # give up when a setting does not complete at 64 times the reference capacity

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from torchmem.pytorch_env import conf_items
 from torchmem.replay.advise import SEGMENT_AGE_RULE, as_pytorch_setting
-from torchmem.replay.runner import fmt_size
+from torchmem.sizes import fmt_size
 
 COLUMNS = ("  needs: the least device memory with which the trace completes under that setting (it completes there "
            "and fails 2 MiB below); peak reserved: the most the allocator held from the device, replayed on "

@@ -16,7 +16,7 @@ def int_field(entry: dict, key: str, where: object) -> int:
     if type(value) is int and 0 <= value < INT_LIMIT:  # the common case, first
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        from torchmem.formats.input_files import short_repr
+        from torchmem.formats.trace_types import short_repr
 
         raise TraceError(f"{where}: {key} must be a non-negative integer, got {short_repr(value)}")
     if value >= INT_LIMIT:

@@ -27,7 +27,7 @@ import numpy as np
 
 from torchmem import _core
 from torchmem.replay.capacity import recorded_capacity
-from torchmem.sizes import fmt_size, gib, parse_bytes  # noqa: F401  (re-exported: torchmem.replay.fmt_size, gib, parse_bytes)
+from torchmem.sizes import fmt_size, parse_bytes
 from torchmem.formats.traces import Trace, TraceError, from_events
 from torchmem.replay.trace_files import load_trace
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from torchmem.formats.traces import Trace, from_events
+from torchmem.formats.traces import from_events
+from torchmem.formats.trace_types import Trace
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import torch  # loads libc10 before the extension
 from torchmem import _C
 
 from torchmem.runtime import devices
-from torchmem.runtime.devices import ENV_CONF, given_conf, resolve_conf  # noqa: F401  (their old home: torchmem.runtime._install)
+from torchmem.runtime.devices import ENV_CONF, given_conf, resolve_conf
+from torchmem.runtime.oom.dump import check_install_request, start_after_install
 
 KINDS = ("caching",)
 
@@ -51,17 +52,14 @@ def install(kind: str = "caching", conf: str | None = None,
         raise ValueError(f"unknown allocator kind {kind!r}; choose one of {', '.join(KINDS)}")
     if not (dump_on_oom is None or isinstance(dump_on_oom, (bool, str, os.PathLike))):
         raise TypeError(f"dump_on_oom must be True, False, None or a path, not {type(dump_on_oom).__name__}")
-    for _, check in devices.install_hooks():
-        if check is not None:
-            check(dump_on_oom)  # e.g. the oom package's: a bad template is refused before anything is installed
+    check_install_request(dump_on_oom)  # a bad template is refused before anything is installed
     if torch.cuda.is_available():
         from torchmem.runtime.cuda import install_cuda
 
         install_cuda(kind, conf)  # Note [Settings on CUDA]: conf, TORCHMEM_ALLOC_CONF, then PyTorch's variable
     else:
         _install_cpu(conf)
-    for after, _ in devices.install_hooks():
-        after(dump_on_oom)  # the oom package's (torchmem/runtime/oom/dump.py) records, and dumps on OOM when asked
+    start_after_install(dump_on_oom)  # records history, and dumps on OOM when asked (torchmem/runtime/oom/dump.py)
 
 
 def _install_cpu(conf: str | None) -> None:

@@ -25,7 +25,6 @@ import torch
 from torchmem import _C, _core
 from torchmem.runtime.devices import ENV_CONF, cuda_glue_built, cuda_index
 from torchmem.pytorch_env import conf_items, cuda_conf_vars, cuda_pytorch_conf
-from torchmem.runtime.devices import cuda_installed as installed  # noqa: F401  (torchmem.runtime.cuda.installed())
 
 KINDS = ("caching",)
 

@@ -15,24 +15,17 @@ the compiled extension, so every module may read it:
   ``memory_stats()``, ``memory_snapshot()``, ``planned()``, ``Arena``,
   ``compact()`` and the other functions that take a device all resolve it
   here;
-- the caching allocator serving a device, ``caching_allocator``;
-- what ``torchmem.install()`` runs once it has installed
-  (``add_install_hook``): the ``oom`` package registers itself there, so
-  installing does not import it.
+- the caching allocator serving a device, ``caching_allocator``.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import torch  # loads libc10 before the extension
 
 from torchmem import _C, _core
 ENV_CONF = "TORCHMEM_ALLOC_CONF"
-
-# A hook of install(): called with install()'s dump_on_oom argument (None when not given).
-InstallHook = Callable[[Any], None]
-_install_hooks: list[tuple[InstallHook, "InstallHook | None"]] = []
 
 
 def given_conf(conf: str | None) -> str:
@@ -120,14 +113,3 @@ def caching_allocator(device: Any = None) -> "_core.CachingAllocator | None":
         return _C.cpu_caching_allocator()
     return _C.cuda_caching_allocator(int(name[5:]))
 
-
-def add_install_hook(after: InstallHook, check: InstallHook | None = None) -> None:
-    """Have torchmem.install() call check(dump_on_oom) before it installs anything (to refuse bad
-    arguments by raising) and after(dump_on_oom) each time it has installed. Adding a hook again does nothing."""
-    if all(after is not a for a, _ in _install_hooks):
-        _install_hooks.append((after, check))
-
-
-def install_hooks() -> tuple[tuple[InstallHook, "InstallHook | None"], ...]:
-    """The (after, check) pairs torchmem.install() calls, in the order they were added."""
-    return tuple(_install_hooks)

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from torchmem.runtime import devices
 from torchmem.runtime.oom.backends import current_backend
 from torchmem.runtime.oom.files import DEFAULT_PATH, check_template, current_rank, format_path, prepare_directory, write_new
 
@@ -129,22 +128,19 @@ def after_install() -> None:
         state.backend.start_recording(state.max_entries)
 
 
-def _check_install_request(request: Any) -> None:
+def check_install_request(request: Any) -> None:
     """install(dump_on_oom=...)'s argument, checked before anything is installed: a bad template is refused."""
     if not isinstance(request, (bool, type(None))):
         check_template(request)
 
 
-def _installed(request: Any) -> None:
+def start_after_install(request: Any) -> None:
     """What install(dump_on_oom=request) does once installed: keep recording, and start dumping when asked."""
     after_install()
     if request is True:
         dump_on_oom()
     elif request not in (None, False):
         dump_on_oom(request)
-
-
-devices.add_install_hook(_installed, check=_check_install_request)
 
 
 def _stop() -> None:
