@@ -32,6 +32,8 @@ import os
 import re
 from typing import Mapping
 
+from torchmem import _core
+
 # In PyTorch's order: the first one set is the one PyTorch uses.
 PYTORCH_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 
@@ -80,7 +82,6 @@ def cuda_pytorch_conf(environ: Mapping[str, str] | None = None,
 def conf_items(conf: str) -> list[str]:
     """The top-level "key:value" items of a settings string, as the core splits it (a list value such as
     "[256:1,>:4]" stays whole); ValueError for an empty item or unbalanced brackets, as PyTorch refuses them."""
-    from torchmem import _core
 
     return _core.rules.config_items(conf) if conf.strip() else []
 

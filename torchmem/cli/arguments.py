@@ -17,7 +17,8 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from torchmem.sizes import parse_bytes
-from torchmem.formats.trace_types import ArgumentError
+from torchmem.formats.trace_types import ArgumentError, DeviceError, TraceError
+from torchmem import _core
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,7 +63,6 @@ def size(what: str, allow_zero: bool = False) -> Callable[[str], str]:
 
 def conf(text: str) -> str:
     """An option holding allocator settings in PYTORCH_CUDA_ALLOC_CONF's grammar ('' = the defaults)."""
-    from torchmem import _core
 
     try:
         _core.parse_config(text)
@@ -142,7 +142,6 @@ def require_trace(trace: Any, path: str, device_given: bool, what: str) -> None:
     With --device N given and another device holding the trace: DeviceError
     (exit 2), naming the devices that have one; else TraceError (exit 1).
     """
-    from torchmem.formats.trace_types import DeviceError, TraceError
 
     recorded = trace.recorded
     if recorded is None or recorded.entries:

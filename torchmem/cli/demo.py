@@ -5,20 +5,13 @@ import argparse
 import os
 import time
 
-
-def register(subparsers) -> None:
-    from torchmem.cli import arguments
-
-    p = subparsers.add_parser("demo", help="install torchmem on the CPU, train a small model, show memory")
-    p.add_argument("--steps", type=arguments.count(1), default=8, help="training steps (default 8)")
-    p.add_argument("--out", default="out", help="folder for pictures (default ./out)")
-    p.set_defaults(func=run)
+import torchmem
+from torchmem.replay import compare, min_capacity, replay, workloads
+from torchmem.viz.replays import plot_replays
 
 
 def train_with_torchmem(steps: int) -> None:
     import torch
-
-    import torchmem
 
     torch.manual_seed(0)
     torchmem.install()
@@ -70,10 +63,6 @@ DEMO_CONFS = [
 
 
 def replay_fragmentation(out_dir: str) -> None:
-    from torchmem.replay import workloads
-    from torchmem.replay import compare, min_capacity, replay
-    from torchmem.viz.replays import plot_replays
-
     shape = workloads.FRAGMENTING_SHAPE
     lengths = workloads.FRAGMENTING_LENGTHS
     print(

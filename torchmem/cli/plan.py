@@ -8,36 +8,15 @@ import json
 import sys
 from typing import Any
 
-from torchmem.formats.trace_types import ArgumentError
-
-
-def register(subparsers) -> None:
-    from torchmem.cli import arguments
-    from torchmem.plan.solve import METHODS, SHARINGS
-
-    p = subparsers.add_parser("plan", help="plan static memory for buffers in a MiniMalloc CSV (id,lower,upper,size) "
-                                           "or for an exported model (.pt2), optionally pipelined")
-    p.add_argument("file", help="CSV with header id,lower,upper,size[,stream,reads,syncs] (half-open lifetimes "
-                                "[lower, upper)), or a .pt2 file from torch.export.save with example inputs")
-    p.add_argument("--method", default="auto", choices=METHODS, help="placement method (default auto)")
-    p.add_argument("--time-limit", type=arguments.positive_float, default=None, metavar="S",
-                   help="seconds for the exact search (default 10)")
-    p.add_argument("--alignment", type=arguments.count(1), default=1, help="round offsets and sizes up to a multiple (default 1)")
-    p.add_argument("--sharing", default="auto", choices=SHARINGS,
-                   help="with streams: one shared slab, a region per stream, or the lower of both (default auto)")
-    p.add_argument("--stages", type=arguments.count(1), default=None, metavar="K",
-                   help="(.pt2) plan a K-stage pipeline, stages cut by measured node time")
-    p.add_argument("--in-flight", type=arguments.count(1), default=2, metavar="N",
-                   help="(.pt2 with --stages) copies of a tensor crossing one stage boundary (default 2)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-    p.add_argument("--out", metavar="SOLUTION.csv", help="write id,lower,upper,size,offset[,stream,reads,syncs]")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(func=run)
+from torchmem.formats.input_files import open_head
+from torchmem.formats.trace_types import ArgumentError, TraceError
+from torchmem.plan import load_csv, save_csv, solve
+from torchmem.plan.buffers import has_streams
+from torchmem.plan.fx import analyze, plan_graph
+from torchmem.plan.pipeline_plan import pipeline
 
 
 def run(args) -> int:
-    from torchmem.formats.input_files import open_head
-
     head = open_head(args.file)  # a missing file, a directory, no permission, an empty file: one line each
     if args.file.endswith(".pt2"):
         return _run_model(args)
@@ -49,7 +28,6 @@ def run(args) -> int:
 
 def _check_csv_head(path: str, head: bytes) -> None:
     """A CSV is text: say what a pickle, a .pt2 (zip) or other binary file given instead is."""
-    from torchmem.formats.trace_types import TraceError
 
     what = ("a pickle (a memory snapshot? torchmem replay and advise read those)" if head[:1] == b"\x80" else
             "a zip archive (an exported model? plan reads it from a file named .pt2)" if head[:2] == b"PK" else
@@ -72,9 +50,6 @@ def _progress(seconds: float, height: int, lower_bound: int, phase: str) -> None
 
 
 def _run_csv(args) -> int:
-    from torchmem.plan import load_csv, save_csv, solve
-    from torchmem.plan.buffers import has_streams
-
     buffers = load_csv(args.file)
     plan = solve(buffers, method=args.method, time_limit=args.time_limit, alignment=args.alignment,
                  progress=None if args.quiet else _progress, sharing=args.sharing)
@@ -127,9 +102,6 @@ def _load_model(path: str):
 
 
 def _run_model(args) -> int:
-    from torchmem.plan.fx import analyze, plan_graph
-    from torchmem.plan.pipeline_plan import pipeline
-
     gm, inputs = _load_model(args.file)
     analysis = analyze(gm, *inputs)
     if args.stages is None:
@@ -137,8 +109,6 @@ def _run_model(args) -> int:
                         alignment=args.alignment)
         plan = gp.plan
         if args.out:
-            from torchmem.plan import save_csv
-
             save_csv(plan, args.out)
         valid = plan.validate()
         if args.json:

@@ -5,37 +5,14 @@ import argparse
 import json
 import sys
 
+from torchmem.cli import arguments
+from torchmem.cli.arguments import other_devices
+from torchmem.cli.progress import activity, progress_bar
+from torchmem.pytorch_env import pytorch_conf
+from torchmem.replay import replay
+from torchmem.replay.trace_files import load_trace
 from torchmem.sizes import fmt_size, size_reading
-
-
-def register(subparsers) -> None:
-    from torchmem.cli import arguments
-    from torchmem.formats.input_files import TRACE_FORMATS
-
-    p = subparsers.add_parser(
-        "replay",
-        help="replay an allocation trace on a simulated device",
-        description="Replay a trace (a PyTorch or torchmem snapshot, pickle or JSON, or JSON lines of "
-        '{"op": "alloc"|"free", "id": N, "size": BYTES, "stream": S}) through torchmem\'s caching '
-        "allocator on a simulated device. A snapshot with nothing else given replays exactly what happened "
-        "on its GPU: its settings, the memory live when recording began, every address, its OOM.",
-    )
-    p.add_argument("trace", help=f"the trace: {TRACE_FORMATS}")
-    p.add_argument("--capacity", default=None, type=arguments.size("--capacity"),
-                   help="device capacity with a unit: 80GiB (2**30 bytes each) or 80GB (10**9 bytes each) "
-                        "(default: from the snapshot's OOM, else 80GiB)")
-    p.add_argument("--in-use-by-others", default=None, type=arguments.size("--in-use-by-others", allow_zero=True), help="memory held outside PyTorch, e.g. 2GiB (default: what the recording's card held, on its own card; else 0)")
-    p.add_argument("--conf", default=None, type=arguments.conf, help="allocator config (default: the snapshot's recorded settings)")
-    p.add_argument("--compare", nargs="+", metavar="CONF", default=None, type=arguments.conf,
-                   help="also replay under these configs ('' = PyTorch's defaults; policy:stitch = torchmem's "
-                        "least-memory policy, docs/stitch.md)")
-    p.add_argument("--device", type=int, default=None,
-                   help="device of a snapshot (default: the one with an OOM, else the one with the most history)")
-    p.add_argument("--skip-bad-events", action="store_true", help="skip bad events with a counted warning instead of failing")
-    p.add_argument("--json", action="store_true", help="print one JSON object (a list with --compare)")
-    p.add_argument("--plot", metavar="FILE.png", help="draw allocated and reserved over the trace")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+from torchmem.viz.replays import plot_replays
 
 
 def describe(result, trace, path: str, given_capacity: str | None = None) -> str:
@@ -63,8 +40,6 @@ def describe(result, trace, path: str, given_capacity: str | None = None) -> str
     lines += environment_note(result.conf_source)
     f = result.fidelity
     if rec is not None and rec.entries == 0:
-        from torchmem.cli.arguments import other_devices
-
         others = other_devices(rec)
         if others:
             lines.append(f"  Device {rec.device} has no trace, only its final segments, rebuilt here; {others}.")
@@ -104,7 +79,6 @@ def describe(result, trace, path: str, given_capacity: str | None = None) -> str
 
 def environment_note(conf_source: str) -> list[str]:
     """A line when PyTorch's settings variable is set here: the replay does not take it from the environment."""
-    from torchmem.pytorch_env import pytorch_conf
 
     found = pytorch_conf()
     if found is None or conf_source == "given":
@@ -115,13 +89,6 @@ def environment_note(conf_source: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from torchmem.replay import replay
-    from torchmem.cli import arguments
-    from torchmem.cli.progress import progress_bar
-    from torchmem.replay.trace_files import load_trace
-
-    from torchmem.cli.progress import activity
-
     with activity(f"reading {args.trace}", disable=args.no_progress or args.json):
         trace = load_trace(args.trace, device=args.device, skip_bad_events=args.skip_bad_events)
     if args.device is not None and trace.start is not None and not trace.start.segments:
@@ -164,8 +131,6 @@ def run(args: argparse.Namespace) -> int:
             if not any(r.policy == "stitch" for r in results):
                 print(f"torchmem's least-memory policy on the same card: torchmem replay {args.trace} --compare policy:stitch")
     if args.plot:
-        from torchmem.viz.replays import plot_replays
-
         plot_replays(results, args.plot, title=args.trace)
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from torchmem.sizes import fmt_size
+
 
 @dataclass(frozen=True)
 class Annotation:
@@ -74,7 +76,6 @@ def as_json(snapshot: dict, device: int) -> dict:
 
 def format_notes(snapshot: dict, device: int, limit: int = 20) -> str:
     """Lines for `torchmem stats`: each annotation with its entry and time, and each metadata value."""
-    from torchmem.sizes import fmt_size
 
     entries = device_entries(snapshot, device)
     found, values = annotation_entries(entries), metadata_values(entries)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from torchmem.formats.trace_types import MEMORY_ACTIONS, SNAPSHOT_ACTIONS, TraceError, unknown_action
+from torchmem.formats.trace_types import MEMORY_ACTIONS, SNAPSHOT_ACTIONS, TraceError, short_repr, unknown_action
+from torchmem.formats.input_files import read_snapshot
+from torchmem.formats.safe_pickle import gc_paused
 
 __all__ = ["block_state", "build_snapshot", "load", "snapshot_from_replay", "validate_snapshot"]
 
@@ -136,8 +138,6 @@ def load(path: str | os.PathLike) -> dict:
     and nothing in it runs: safe_pickle.py) or a snapshot whose fields are
     missing, of the wrong type, or have unknown values.
     """
-    from torchmem.formats.input_files import read_snapshot
-    from torchmem.formats.safe_pickle import gc_paused
 
     path = os.fspath(path)
     with gc_paused():
@@ -201,8 +201,6 @@ def _check_keys(obj: Any, keys: dict, where: str) -> None:
 
 
 def _check_value(value: Any, key: str, typ: Any, where: str) -> None:
-    from torchmem.formats.trace_types import short_repr
-
     if not isinstance(value, typ) or isinstance(value, bool):
         name = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
         raise TraceError(f"{where}: field {key!r} should be {name}, got {type(value).__name__} {short_repr(value)}")

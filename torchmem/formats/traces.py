@@ -25,6 +25,7 @@ import numpy as np
 
 from torchmem import _core
 from torchmem.formats.trace_types import ALLOC, CHUNK, FREE, Chunk, Trace, TraceError, short_repr
+from torchmem.formats.input_files import load_snapshot_json as load_json, load_snapshot_pickle
 
 
 class _ChunkBuilder:
@@ -130,14 +131,12 @@ def load_jsonl(path: str, skip_bad_events: bool = False) -> Trace:
 
 def load_snapshot(path: str) -> dict:
     """Read a snapshot pickle as data only (input_files.py); errors name the file and what is wrong."""
-    from torchmem.formats.input_files import load_snapshot_pickle
 
     return load_snapshot_pickle(path)
 
 
 def load_snapshot_json(path: str) -> dict:
     """Read a snapshot saved as one JSON object; errors name the file."""
-    from torchmem.formats.input_files import load_snapshot_json as load_json
 
     return load_json(path)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from torchmem.plan.streams import Read, Sync, as_reads, as_syncs, check_stream
+from torchmem import _core
 
 INT64_LIMIT = 2**63
 
@@ -113,7 +114,6 @@ def schedule_columns(buffers: Sequence[Buffer]) -> tuple[list[int], list[tuple[i
 def lifetimes(buffers: Iterable[Any]) -> list[Lifetime]:
     """Each buffer's lifetime ends under streams; ValueError for bad input
     (a read with no synchronisation from its producer or back to it, ...)."""
-    from torchmem import _core
 
     bs = as_buffers(buffers)
     if not bs:

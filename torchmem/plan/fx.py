@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Optional, Sequence
 
 from torchmem.plan.buffers import Buffer
-from torchmem.plan.solve import Plan, solve
+from torchmem.plan.solve import Plan, lower_bound, solve
 from torchmem.plan.streams import Read, Sync, check_stream
+from torchmem import _core
 
 WorkspaceFn = Callable[[Any, tuple], int]
 _WORKSPACES: dict[Any, WorkspaceFn] = {}
@@ -145,15 +146,12 @@ class GraphAnalysis:
         return {u: tuple(sorted(group)) for u, group in found.items()}
 
     def peak(self, order: Optional[Sequence[int]] = None) -> int:
-        from torchmem.plan.solve import lower_bound
-
         return lower_bound(self.buffers(order))
 
     def schedule(self) -> tuple[list[int], int, int]:
         """A topological order with a lower peak of live bytes (least-peak-
         first, then swaps of independent neighbours); returns (order,
         peak before, peak after). Workspaces are not part of the model."""
-        from torchmem import _core
 
         n = len(self.names)
         out_bytes = [0] * n

@@ -30,6 +30,7 @@ from torchmem.plan.buffers import Buffer
 from torchmem.plan.fx import GraphAnalysis, analyze
 from torchmem.plan.solve import DEFAULT_TIME_LIMIT, METHODS, Plan
 from torchmem.plan.streams import Read, Sync
+from torchmem import _core
 
 CostSpec = Union[None, Mapping[str, float], Sequence[float]]
 CutSpec = Union[None, Mapping[str, int], Sequence[int]]
@@ -182,7 +183,6 @@ def pipeline(graph: Any, *example_inputs: Any, stages: int = 2, in_flight: int =
     1, a cut that breaks a dependency (naming the node), a stage without
     nodes, bad costs, and what ``solve`` rejects.
     """
-    from torchmem import _core
 
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
         raise ValueError(f"stages must be an integer >= 1, got {stages!r}")

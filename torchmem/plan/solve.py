@@ -5,6 +5,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Optional
 
+from torchmem import _core
 from torchmem.plan.buffers import Buffer, as_buffers, has_streams, schedule_columns
 
 METHODS = ("auto", "naive", "greedy", "sweep", "bottom_up", "portfolio", "search")
@@ -12,12 +13,7 @@ SHARINGS = ("auto", "shared", "per_stream")
 DEFAULT_TIME_LIMIT = 10.0
 
 ProgressFn = Callable[[float, int, int, str], None]
-
-
-def _core():
-    from torchmem import _core
-
-    return _core.planner
+_planner = _core.planner
 
 
 def _columns(buffers: list[Buffer]) -> tuple[list[int], list[int], list[int]]:
@@ -70,10 +66,10 @@ class Plan:
             if off % self.alignment:
                 return f"buffer {b.id!r} at offset {off} is not aligned to {self.alignment}"
         if has_streams(sized):
-            ok, first, second, message = _core().validate_streams(*_columns(sized), *schedule_columns(sized),
+            ok, first, second, message = _planner.validate_streams(*_columns(sized), *schedule_columns(sized),
                                                                   list(self.offsets))
         else:
-            ok, first, second, message = _core().validate(*_columns(sized), list(self.offsets))
+            ok, first, second, message = _planner.validate(*_columns(sized), list(self.offsets))
         if ok:
             return None
         if first >= 0 and second >= 0:
@@ -95,8 +91,8 @@ def lower_bound(buffers: Iterable[Any]) -> int:
         return 0
     lower, upper, size = _columns(bs)
     if has_streams(bs):
-        _, _, upper, _ = _core().stream_lifetimes(lower, upper, size, *schedule_columns(bs))
-    return int(_core().lower_bound(lower, upper, size))
+        _, _, upper, _ = _planner.stream_lifetimes(lower, upper, size, *schedule_columns(bs))
+    return int(_planner.lower_bound(lower, upper, size))
 
 
 def solve(
@@ -141,9 +137,9 @@ def solve(
     if total >= 2**62:
         raise ValueError(f"the sizes add up to {total} bytes, more than the planner's 2**62 limit")
     if has_streams(bs):
-        r = _core().solve_streams(*_columns(bs), *schedule_columns(bs), method, float(time_limit), alignment,
+        r = _planner.solve_streams(*_columns(bs), *schedule_columns(bs), method, float(time_limit), alignment,
                                   sharing, progress)
     else:
-        r = _core().solve(*_columns(bs), method, float(time_limit), alignment, progress)
+        r = _planner.solve(*_columns(bs), method, float(time_limit), alignment, progress)
     return Plan(bs, list(r["offsets"]), r["height"], r["lower_bound"], r["method"], r["optimal"], r["seconds"],
                 alignment, r["nodes"], r.get("sharing", ""))

@@ -37,6 +37,9 @@ from torchmem.preflight.killed import KILLED, killed_message
 from torchmem.preflight.hook import MAX_ENTRIES, OUT, OUTSIDE, READ_WEIGHTS, STEPS
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
+from torchmem.preflight.cards_table import card_fits
+from torchmem.preflight.report import format_report, merged_sites, warnings_for
+from torchmem.replay import advise, load_trace
 
 __all__ = ["DeviceResult", "PreflightError", "Report", "Verdict", "World", "WorldError", "check_conf", "environment_for",
            "parse_ranks", "plan", "run", "run_command", "verdict"]
@@ -148,8 +151,6 @@ class Report:
         }
 
     def format(self) -> str:
-        from torchmem.preflight.report import format_report
-
         return format_report(self)
 
 
@@ -281,7 +282,6 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     if not processes:
         raise PreflightError(f"`{shown}` never used the GPU: nothing to report (is torch the CUDA "
                              "build in that interpreter?)", 1)
-    from torchmem.preflight.report import warnings_for
 
     report.warnings = warnings_for(report)
     _replays(report, advise, card_table)
@@ -312,9 +312,6 @@ def _read(folder: Path) -> list[dict[str, Any]]:
 def _replays(report: Report, with_advise: bool, card_table: bool = True) -> None:
     """advise, and the catalog's cards (cards_table.py), on the device that ran out of memory, else the one that
     reserved the most."""
-    from torchmem.preflight.cards_table import card_fits
-    from torchmem.preflight.report import merged_sites
-    from torchmem.replay import advise, load_trace
 
     candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
     missing = None if with_advise else "advise was not asked for (--no-advise, or advise=False)"

@@ -20,6 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from torchmem.fakegpu.cards import CARDS
+from torchmem.replay import replay
+from torchmem.replay.advise import as_pytorch_setting
+from torchmem.sizes import fmt_size
+
 if TYPE_CHECKING:
     from torchmem.fakegpu import Card
 
@@ -67,9 +72,6 @@ def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: boo
               cards: list["Card"] | None = None, margin: float = 0.0) -> list[CardFit]:
     """Each card (default: the catalog's), smallest first, against `trace` (a torchmem Trace) replayed under its
     own setting at the card's allocator capacity less `margin` of its memory (capacity_of)."""
-    from torchmem.fakegpu.cards import CARDS
-    from torchmem.replay import replay
-    from torchmem.replay.advise import as_pytorch_setting
 
     rows = []
     for card in sorted(CARDS.values() if cards is None else cards, key=lambda c: (c.memory, c.key or "")):
@@ -95,7 +97,6 @@ def card_fits(trace: Any, run_card: "Card", advice: list[Any] | None, sized: boo
 
 def format_cards(rows: list[CardFit], process: str, device: int) -> list[str]:
     """The report's last section: one line per card."""
-    from torchmem.sizes import fmt_size
 
     lines = [f"The catalog's cards, from {process} device {device}'s trace replayed under the run's setting at "
              "each card's allocator capacity (total less the memory outside the allocator):"]

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torchmem.preflight.cards_table import card_arg, format_cards
+from torchmem.replay.advise import as_pytorch_setting
+from torchmem.replay.advise_words import COLUMNS, table, verdict
+from torchmem.sizes import fmt_size
+
 if TYPE_CHECKING:
     from torchmem.fakegpu import Card
     from torchmem.preflight import Report
@@ -21,7 +26,6 @@ RULE = ("A run fits when its peak reserved plus the memory outside PyTorch's all
 
 def outside_note(card: "Card") -> str:
     """What the verdict counted outside the allocator, and where the figure comes from."""
-    from torchmem.sizes import fmt_size
 
     if card.outside is None:
         return ("A bare size has no known memory outside the allocator: none is assumed, so the whole size is "
@@ -65,8 +69,6 @@ def warnings_for(report: "Report") -> list[str]:
         out.append(CUDNN)
     nccl = max((d.nccl for d in report.devices), default=0)
     if nccl:
-        from torchmem.sizes import fmt_size
-
         out.append(NCCL.format(size=f"up to {fmt_size(nccl)}"))
     notes = {n for p in report.processes for n in p.get("notes", [])}
     out += sorted(notes)
@@ -76,9 +78,6 @@ def warnings_for(report: "Report") -> list[str]:
 
 
 def format_report(report: "Report") -> str:
-    from torchmem.replay.advise_words import COLUMNS, table, verdict
-    from torchmem.sizes import fmt_size
-
     card = report.card
     first = report.processes[0] if report.processes else {}
     known = f" ({card.key}: total_memory {card.memory:,} bytes, {card.total_source})" if card.key else ""
@@ -128,8 +127,6 @@ def format_report(report: "Report") -> str:
         lines.append("How far to trust it:")
         lines += [f"  - {w}" for w in report.warnings]
     if report.cards:
-        from torchmem.preflight.cards_table import format_cards
-
         process, device = report.advised or ("?", 0)
         lines.append("")
         lines += format_cards(report.cards, process, device)
@@ -138,7 +135,6 @@ def format_report(report: "Report") -> str:
 
 def step_lines(report: "Report") -> list[str]:
     """--steps: each counted step's peaks per device, whether the last two agree, and a run that ended early."""
-    from torchmem.sizes import fmt_size
 
     lines = []
     for p in report.processes:
@@ -176,9 +172,6 @@ def next_step(report: "Report") -> str | None:
     """The preflight that would confirm advise's answer: the best PyTorch setting on this card, or a larger card."""
     import math
     import shlex
-
-    from torchmem.preflight.cards_table import card_arg
-    from torchmem.replay.advise import as_pytorch_setting
 
     if report.fits or not report.advice:
         return None

@@ -28,6 +28,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from torchmem.fakegpu import Card, card as parse_card
 from torchmem.preflight.cards_table import CardFit, capacity_of, card_fits, card_label
+from torchmem.fakegpu.cards import CARDS
+from torchmem.preflight import PreflightError, run_command
+from torchmem.preflight.report import merged_sites
+from torchmem.replay import advise, load_trace
+from torchmem.replay.advise import as_pytorch_setting
+from torchmem.sizes import fmt_size
 
 PROBE_CARD = 1 << 40  # a 1 TiB fake card (compute capability 9.0): no probe runs out of memory before the trace ends
 
@@ -58,7 +64,6 @@ def parse_space(text: str) -> Space:
 
 def parse_cards(text: str | None) -> list[Card]:
     """A comma-separated list of catalog names and sizes; None: the whole catalog."""
-    from torchmem.fakegpu.cards import CARDS
 
     if text is None:
         return list(CARDS.values())
@@ -153,10 +158,6 @@ def _next_values(open_intervals: set[tuple[int, int]], workers: int) -> set[int]
 
 def _run_probe(command: Sequence[str], space: Space, value: int, cards: list[Card], margin: float, steps: int,
                out: Path, env: Mapping[str, str] | None, conf: str | None) -> _Probe:
-    from torchmem.preflight import PreflightError, run_command
-    from torchmem.preflight.report import merged_sites
-    from torchmem.replay import load_trace
-
     argv, extra = substitute(command, space, value)
     started = time.monotonic()
     try:
@@ -177,9 +178,6 @@ def _run_probe(command: Sequence[str], space: Space, value: int, cards: list[Car
 
 
 def _limit(card: Card, largest: int, probes: dict[int, _Probe], space: Space, margin: float) -> CardLimit:
-    from torchmem.replay import advise
-    from torchmem.replay.advise import as_pytorch_setting
-
     key = card_label(card)
     found = largest if largest >= space.lo else None
     next_value = largest + 1 if largest < space.hi else None  # probed: the bisection ended between the two
@@ -196,7 +194,6 @@ def _limit(card: Card, largest: int, probes: dict[int, _Probe], space: Space, ma
 
 def format_limits(limits: list[CardLimit], space: Space, margin: float, steps: int) -> str:
     """The search's table, one card per line."""
-    from torchmem.sizes import fmt_size
 
     lines = [f"The largest {space.name} in {space.lo}..{space.hi} that fits each card, with {margin:.0%} of the card "
              f"left free, over the first {steps} optimizer step{'s' if steps != 1 else ''}:"]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torchmem import _core
-from torchmem.formats.trace_types import TraceError
+from torchmem.formats.trace_types import TraceError, short_repr
 
 SMALL_SEGMENT = _core.rules.SMALL_BUFFER  # the native allocator's small-pool segments; large ones are never this size
 LIVE_STATES = ("active_allocated", "active_pending_free")
@@ -16,8 +16,6 @@ def int_field(entry: dict, key: str, where: object) -> int:
     if type(value) is int and 0 <= value < INT_LIMIT:  # the common case, first
         return value
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        from torchmem.formats.trace_types import short_repr
-
         raise TraceError(f"{where}: {key} must be a non-negative integer, got {short_repr(value)}")
     if value >= INT_LIMIT:
         raise TraceError(f"{where}: {key} is {value:,}, past 2**62 (no device has that much memory)")

@@ -51,6 +51,7 @@ from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, re
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
 from torchmem.formats.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
                                   TraceError)
+from torchmem.formats.snapshot_devices import DeviceChoice, choose_device as device_rule, snapshot_devices
 
 
 @dataclass
@@ -243,7 +244,6 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
     traces = snapshot.get("device_traces")
     if not isinstance(traces, list):
         raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
-    from torchmem.formats.snapshot_devices import DeviceChoice, choose_device as device_rule, snapshot_devices
 
     choice = device_rule(snapshot) if device is None else DeviceChoice(device, "given", len(snapshot_devices(snapshot)))
     device = choice.device

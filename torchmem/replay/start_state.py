@@ -20,6 +20,8 @@ from torchmem.replay.capacity import LARGE_PAGE, SMALL_PAGE, range_size
 from torchmem.replay.entries import LIVE_STATES, SMALL_SEGMENT, int_field
 from torchmem.replay.trace_pass import DEFAULT_POOL, TracePass, pool_id_field
 from torchmem.formats.trace_types import TraceError
+from torchmem import _core
+from torchmem.sizes import fmt_size
 
 
 @dataclass
@@ -100,7 +102,6 @@ class StartState:
         if not self.segments and not self.ranges:
             return "recording began with an empty allocator"
         ranges = f" and {len(self.ranges)} expandable ranges" if self.ranges else ""
-        from torchmem.sizes import fmt_size
 
         return (f"rebuilt the state when recording began: {len(self.segments)} segments{ranges}, "
                 f"{self.live_blocks} live blocks, {fmt_size(self.requested)} requested in "
@@ -439,7 +440,6 @@ def fix_block_sizes(start: StartState, conf: str, where: str, skip: bool) -> int
     and the count of such segments is returned.
     """
     dropped = 0
-    from torchmem import _core
 
     for r in list(start.ranges):
         runs_end = max(a + size for a, size in r.runs)

@@ -11,6 +11,9 @@ from torchmem import _C
 from torchmem.runtime import devices
 from torchmem.runtime.devices import ENV_CONF, given_conf, resolve_conf
 from torchmem.runtime.oom.dump import check_install_request, start_after_install
+from torchmem.pytorch_env import pytorch_conf
+from torchmem.runtime.cpu_settings import with_cpu_defaults
+from torchmem.runtime.cuda import install_cuda
 
 KINDS = ("caching",)
 
@@ -54,8 +57,6 @@ def install(kind: str = "caching", conf: str | None = None,
         raise TypeError(f"dump_on_oom must be True, False, None or a path, not {type(dump_on_oom).__name__}")
     check_install_request(dump_on_oom)  # a bad template is refused before anything is installed
     if torch.cuda.is_available():
-        from torchmem.runtime.cuda import install_cuda
-
         install_cuda(kind, conf)  # Note [Settings on CUDA]: conf, TORCHMEM_ALLOC_CONF, then PyTorch's variable
     else:
         _install_cpu(conf)
@@ -68,8 +69,6 @@ def _install_cpu(conf: str | None) -> None:
     PyTorch's CPU allocator has no settings variable, so PyTorch's
     (PYTORCH_CUDA_ALLOC_CONF, else PYTORCH_ALLOC_CONF) is not read here; a
     warning names it when it is set and torchmem's settings are not."""
-    from torchmem.runtime.cpu_settings import with_cpu_defaults
-    from torchmem.pytorch_env import pytorch_conf
 
     given = given_conf(conf)
     resolve_conf(given)  # a bad config is refused before anything is installed

@@ -52,7 +52,7 @@ import torch
 
 from torchmem import _C, _core
 
-from torchmem.runtime import devices
+from torchmem.runtime import cuda as tmcuda, devices
 
 __all__ = ["Arena", "ArenaEscapeError", "arena"]
 
@@ -111,8 +111,6 @@ def _make_fallback(fallback, caching):
 
 
 def _cuda_arena(device, capacity: int, alignment: int, fallback) -> "tuple[int, _core.Arena]":
-    from torchmem.runtime import cuda as tmcuda
-
     tmcuda._require_glue()  # CUDANotBuiltError without the CUDA part
     if not devices.cuda_installed():
         raise RuntimeError("torchmem.Arena(device='cuda') takes its region from torchmem's CUDA allocator: "

@@ -30,6 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from torchmem.runtime.devices import cpu_installed, device_name
+from torchmem.runtime.memory import caching_allocator, empty_cache, memory_reserved
+from torchmem.runtime.planned import in_planned_step
+
 ALIGNMENT = 64
 
 
@@ -114,7 +118,6 @@ def _pack(tensors: list, device: Any) -> int:
 
 def _segment_bytes(address: int, device: Any) -> int:
     """The size of the caching allocator's segment that holds `address` (0 if none does)."""
-    from torchmem.runtime.memory import caching_allocator
 
     allocator = caching_allocator(str(device))
     for seg in allocator.segments() if allocator is not None else []:
@@ -132,10 +135,6 @@ def compact(*objects: Any, device: Any = None) -> CompactReport:
     when torchmem is installed on CUDA). It needs room for one more copy of
     what it moves, for the moment of the copy."""
     import torch
-
-    from torchmem.runtime.devices import cpu_installed, device_name
-    from torchmem.runtime.memory import empty_cache, memory_reserved
-    from torchmem.runtime.planned import in_planned_step
 
     if not cpu_installed():
         raise RuntimeError("torchmem.compact() needs torchmem.install() first")

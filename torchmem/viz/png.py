@@ -7,6 +7,7 @@ from typing import Callable
 from torchmem.viz.timeline import Timeline, timeline
 from torchmem.sizes import fmt_size, size_unit
 from torchmem.viz.totals import totals
+from torchmem.formats.snapshot_devices import choose_device, device_segments
 
 COLORS = {
     "requested": "#2b6cb0",       # live bytes
@@ -96,7 +97,6 @@ def plot_segments(snapshot: dict, path: str | os.PathLike, title: str = "", max_
                   device: int | None = None) -> dict:
     """A map of one device's segments (torchmem.formats.snapshot_devices' rule): one row each (largest first),
     blocks coloured by state. Returns the totals, with "device" and "device_choice"."""
-    from torchmem.formats.snapshot_devices import choose_device, device_segments
 
     plt = _pyplot()
     from matplotlib.patches import Patch

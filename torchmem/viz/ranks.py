@@ -27,6 +27,7 @@ from typing import Any, Iterable
 
 from torchmem.sizes import fmt_size
 from torchmem.viz.totals import totals
+from torchmem.formats.snapshot_devices import choose_device
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _LIBRARY_DIRS = {"site-packages", "dist-packages", "torch"}
@@ -108,7 +109,6 @@ def rank_of(snapshot: dict, path: str, position: int) -> tuple[int, str]:
 
 def rank_row(snapshot: dict, path: str, position: int = 0, top: int = 5, device: int | None = None) -> dict[str, Any]:
     """One row of the table (see the module docstring); `device` as every command picks it (torchmem.formats.snapshot_devices)."""
-    from torchmem.formats.snapshot_devices import choose_device
 
     choice = choose_device(snapshot, device, path)
     device = choice.device

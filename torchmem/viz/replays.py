@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from torchmem.sizes import fmt_size, size_unit
+
 
 def _pyplot():
     try:
@@ -29,8 +31,6 @@ def entry_axis(result, events):
 
 def plot_replays(results: Sequence, path: str, title: str = "") -> None:
     """Allocated and reserved over the trace, one panel per config, OOM marked; x: the snapshot's trace entries."""
-    from torchmem.sizes import size_unit
-    from torchmem.sizes import fmt_size
 
     plt = _pyplot()
     fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.8 * len(results)), sharex=True, squeeze=False)

@@ -25,6 +25,8 @@ from typing import Callable
 import numpy as np
 
 from torchmem import _core
+from torchmem.formats.annotations import annotation_entries
+from torchmem.formats.snapshot_devices import choose_device
 
 MIN_BLOCK = _core.rules.MIN_BLOCK_SIZE
 SMALL_SIZE = _core.rules.SMALL_SIZE  # requests up to 1 MiB use the small pool; large blocks split only above 1 MiB left
@@ -60,8 +62,6 @@ def _round(size: int) -> int:
 def timeline(snapshot: dict, device: int | None = None, samples: int = 400,
              progress: Callable[[int], None] | None = None) -> Timeline:
     """The series of `device` (default: the one with the OOM, else the longest history)."""
-    from torchmem.formats.annotations import annotation_entries
-    from torchmem.formats.snapshot_devices import choose_device
 
     choice = choose_device(snapshot, device)
     device = choice.device

@@ -28,6 +28,8 @@ from typing import Any, Callable, Protocol
 import torch
 
 from torchmem import _C
+from torchmem.runtime.devices import cpu_installed, cuda_installed
+from torchmem.runtime.snapshot import memory_snapshot, record_memory_history
 
 # fn(device, info) -> note or None; info has at least "requested" and "device_free".
 OomCallback = Callable[[int, dict], "str | None"]
@@ -50,18 +52,12 @@ class TorchmemCpu:
     note_in_message = True
 
     def start_recording(self, max_entries: int) -> None:
-        from torchmem.runtime.snapshot import record_memory_history
-
         record_memory_history("all", max_entries=max_entries, stacks="python")
 
     def stop_recording(self) -> None:
-        from torchmem.runtime.snapshot import record_memory_history
-
         record_memory_history(None)
 
     def snapshot(self) -> dict:
-        from torchmem.runtime.snapshot import memory_snapshot
-
         return memory_snapshot()
 
     def watch(self, callback: OomCallback) -> Callable[[], None]:
@@ -123,7 +119,6 @@ class NativeCuda(TorchmemCuda):
 
 def current_backend() -> Any:
     """The backend of the allocator PyTorch uses now; RuntimeError when no backend can record one."""
-    from torchmem.runtime.devices import cpu_installed, cuda_installed
 
     if cuda_installed():
         return TorchmemCuda()
