@@ -4,29 +4,7 @@ import pytest
 
 from torchmem import _core
 
-# The one subprocess runner (tests/support/subprocess_runner.py), for every test: from conftest import run_python, ...
-from tests.support.subprocess_runner import (  # noqa: F401
-    ROOT, child_env, last_json, ok, run_args, run_ok, run_python, run_python_json, run_torchmem, torchmem_here,
-)
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
-
-
-def sim_allocator(capacity: int = 80 * GiB, conf: str = "") -> "_core.CachingAllocator":
-    """A caching allocator on a simulated device of `capacity` bytes."""
-    return _core.CachingAllocator(_core.SimDevice(capacity), conf)
-
-
-def block_of(allocator, addr: int) -> dict:
-    """The block at `addr`, with its segment under key "segment"."""
-    for seg in allocator.segments():
-        for block in seg["blocks"]:
-            if block["address"] == addr:
-                return dict(block, segment=seg)
-    raise KeyError(hex(addr))
-
+from tests.support.sim import sim_allocator
 
 @pytest.fixture
 def sim():

@@ -4,7 +4,8 @@ import gc
 import pytest
 import torch
 
-from conftest import MiB, run_python_json
+from tests.support.sim import MiB
+from tests.support.subprocess_runner import run_python_json
 from torchmem import _C, _core
 from torchmem.runtime.arena import Arena, ArenaEscapeError, arena
 

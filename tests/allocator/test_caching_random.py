@@ -5,7 +5,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import MiB, sim_allocator
+from tests.support.sim import MiB, sim_allocator
 
 CONFS = ["", "expandable_segments:True", "max_split_size_mb:24", "roundup_power2_divisions:4", "garbage_collection_threshold:0.7,per_process_memory_fraction:0.9"]
 

@@ -15,7 +15,7 @@ import torch
 
 from torchmem import _core
 
-from conftest import GiB, KiB, MiB, block_of, sim_allocator
+from tests.support.sim import GiB, KiB, MiB, block_of, sim_allocator
 
 
 def alloc(a, size, stream=0):

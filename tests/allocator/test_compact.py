@@ -1,7 +1,7 @@
 """torchmem.compact(): long-lived tensors repacked into one block,
 values and identities kept, training continues identically, the freed
 segments are returned; skipped tensors and misuse are reported clearly."""
-from conftest import run_python, run_python_json
+from tests.support.subprocess_runner import run_python, run_python_json
 
 PRELUDE = """
 import json, torch, torchmem

@@ -21,7 +21,7 @@ import torchmem
 from torchmem import _core
 from torchmem.runtime.devices import resolve_conf
 
-from conftest import GiB, MiB
+from tests.support.sim import GiB, MiB
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, whose cpp/ holds the probe
 
@@ -333,7 +333,7 @@ def test_pytorch_variables_are_read_in_pytorchs_order(env):
     """The installed torch says which variable it runs with; torchmem names the same one."""
     from torchmem.pytorch_env import pytorch_conf
 
-    from conftest import ok, run_python
+    from tests.support.subprocess_runner import ok, run_python
 
     proc = ok(run_python("import torch; f = getattr(torch._C, '_accelerator_getAllocatorSettings', None); "
                          "print('MISSING' if f is None else f())", env, 120,
@@ -394,7 +394,7 @@ def test_cuda_parser_keys_as_pytorch_2_14(conf, accepted):
 def test_a_cpu_install_names_the_pytorch_variable_it_does_not_apply():
     """install() on the CPU reads TORCHMEM_ALLOC_CONF; PyTorch's variable (either name, PyTorch's order) is
     named as not applied, with torchmem's variable to use instead, and nothing is said once that one is set."""
-    from conftest import run_python_json
+    from tests.support.subprocess_runner import run_python_json
 
     code = """
         import json, warnings, torchmem

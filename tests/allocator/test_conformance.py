@@ -18,7 +18,7 @@ import pytest
 
 from torchmem import _core
 
-from conftest import MiB
+from tests.support.sim import MiB
 
 
 def _caching_host():

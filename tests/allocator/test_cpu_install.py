@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_ok, run_python
+from tests.support.subprocess_runner import run_ok, run_python
 
 
 def test_install_routes_torch_allocations_and_uninstall_restores():

@@ -9,7 +9,8 @@ import pytest
 from torchmem import _core
 from torchmem.runtime.cpu_settings import CPU_DEFAULTS, with_cpu_defaults
 
-from conftest import MiB, block_of, run_python, sim_allocator
+from tests.support.sim import MiB, block_of, sim_allocator
+from tests.support.subprocess_runner import run_python
 
 
 def checked(a, op, *args):

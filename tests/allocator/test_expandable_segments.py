@@ -3,7 +3,7 @@ and stream, mapped in 2 MiB (small) and 20 MiB (large) pages."""
 import pytest
 import torch
 
-from conftest import GiB, MiB, sim_allocator
+from tests.support.sim import GiB, MiB, sim_allocator
 
 CONF = "expandable_segments:True"
 

@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, last_json, run_args
-from conftest import run_ok as run_python_ok
+from tests.support.subprocess_runner import ROOT, last_json, run_args
+from tests.support.subprocess_runner import run_ok as run_python_ok
 
 EXPERIMENT = os.path.join(ROOT, "tests", "support", "fork_experiment.py")
 

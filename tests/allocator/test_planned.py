@@ -3,7 +3,7 @@ buckets, re-recording and escaping tensors. Each scenario installs torchmem
 in a fresh interpreter."""
 import pytest
 
-from conftest import run_python, run_python_json
+from tests.support.subprocess_runner import run_python, run_python_json
 
 PRELUDE = """
 import json, torch, torchmem

@@ -6,7 +6,7 @@ loss, the gradients kept until the next zero_grad) are part of the plan
 Each loop runs in a fresh interpreter."""
 import pytest
 
-from conftest import run_python_json
+from tests.support.subprocess_runner import run_python_json
 
 PRELUDE = """
 import json, torch, torchmem

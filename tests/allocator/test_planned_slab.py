@@ -4,7 +4,7 @@ the fallback allocator (so its statistics include it); the region grows only
 when nothing in it is live, and never when the fallback is out of memory."""
 import pytest
 
-from conftest import GiB, MiB, sim_allocator
+from tests.support.sim import GiB, MiB, sim_allocator
 from torchmem import _core
 
 U = _core.PlannedSlab.UNPLANNED

@@ -25,7 +25,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import MiB, run_ok
+from tests.support.sim import MiB
+from tests.support.subprocess_runner import run_ok
 from torchmem import _core
 from torchmem import replay as sim
 

@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 
-from conftest import ok, run_python, torchmem_here
+from tests.support.subprocess_runner import ok, run_python, torchmem_here
 
 
 def run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:

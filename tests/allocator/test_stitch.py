@@ -12,7 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import GiB, MiB, run_python
+from tests.support.sim import GiB, MiB
+from tests.support.subprocess_runner import run_python
 from torchmem import _core
 from torchmem.replay import workloads
 from torchmem import replay as sim

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.replay_recording import GiB, random_workload, record
 
-from conftest import ROOT, torchmem_here
+from tests.support.subprocess_runner import ROOT, torchmem_here
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 
 from torchmem.cli import main
 
-from conftest import run_torchmem
+from tests.support.subprocess_runner import run_torchmem
 
 SNAPSHOT = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 2**40, "size": 512, "stream": 0}]]}
 NO_TRACE = {"segments": [{"device": 0, "address": 2**40, "total_size": 2 << 20, "stream": 0, "segment_type": "small",

@@ -14,7 +14,7 @@ import pytest
 
 from torchmem.viz.ranks import format_rows, is_library_frame, rank_row, site_of, top_sites
 
-from conftest import ok, run_python, torchmem_here
+from tests.support.subprocess_runner import ok, run_python, torchmem_here
 MiB = 1 << 20
 
 USER = {"filename": "/home/me/project/train.py", "line": 42, "name": "forward"}

@@ -17,7 +17,7 @@ from tests.support.replay_recording import GiB, random_workload, record
 from torchmem.viz.html import COLORS, render_html
 from torchmem.viz.ranks import rank_row
 
-from conftest import ROOT, ok, run_torchmem
+from tests.support.subprocess_runner import ROOT, ok, run_torchmem
 SNAPSHOTS = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "snapshots"))
 CHROMIUM = "/usr/bin/chromium"
 

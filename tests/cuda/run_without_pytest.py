@@ -90,9 +90,9 @@ def install_shim() -> None:
 def run() -> tuple[int, int, int, list]:
     passed = failed = skipped = 0
     cases = []
-    sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the helpers; the checkout (torchmem in place, tests.support)
+    sys.path[:0] = [str(HERE.parents[1])]  # the checkout: torchmem in place, and the tests as tests.cuda.NAME
     for path in sorted(HERE.glob("test_*.py")):
-        module = importlib.import_module(path.stem)
+        module = importlib.import_module(f"tests.cuda.{path.stem}")
         module_marks = getattr(module, "pytestmark", [])
         module_marks = module_marks if isinstance(module_marks, list) else [module_marks]
         for name, fn in inspect.getmembers(module, inspect.isfunction):

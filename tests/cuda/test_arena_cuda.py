@@ -6,7 +6,7 @@ Every scenario runs in its own interpreter with torchmem installed before CUDA
 initialises; all skip without a GPU. (The arena's policy is tested on CPU in
 tests/allocator/test_arena.py, tests/allocator/test_reliability.py and tests/cpp/core_driver.cpp.)
 """
-from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
+from tests.cuda.cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
 
 pytestmark = requires_gpu
 

@@ -148,7 +148,7 @@ def test_install_makes_torchmem_c10s_cuda_allocator_without_a_gpu():
     so this runs without a GPU, in its own interpreter."""
     if not tmcuda.cuda_glue_built():
         pytest.skip("built without CUDA_HOME: the CUDA part was skipped")
-    from cuda_helpers import run_child
+    from tests.cuda.cuda_helpers import run_child
 
     proc = run_child(
         """

@@ -6,7 +6,7 @@ without a GPU to run them on: see docs/oom.md, "Not tested on a GPU".)
 import os
 import pickle
 
-from cuda_helpers import requires_gpu, run_child, run_json
+from tests.cuda.cuda_helpers import requires_gpu, run_child, run_json
 
 pytestmark = requires_gpu
 

@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from cuda_helpers import FAKE_GPU, TWO_GPUS, MiB, requires_gpu, requires_kernels, requires_two_gpus, run_child, run_json
+from tests.cuda.cuda_helpers import FAKE_GPU, TWO_GPUS, MiB, requires_gpu, requires_kernels, requires_two_gpus, run_child, run_json
 
 pytestmark = requires_gpu
 

@@ -6,7 +6,7 @@ stage of its own, after the other tests). Skips without a GPU; estimated
 15-30 s on an H200 (139 GiB mapped twice, page by page), 75 s at most. tests/cuda/test_gpu_checks_offline.py checks the child's code on any
 machine.
 """
-from cuda_helpers import check_noted, requires_gpu, that
+from tests.cuda.cuda_helpers import check_noted, requires_gpu, that
 
 pytestmark = requires_gpu
 

@@ -15,7 +15,7 @@ import textwrap
 
 import torch
 
-from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
+from tests.cuda.cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
 from tests.support.subprocess_runner import ok, run_torchmem
 
 pytestmark = requires_gpu

@@ -14,7 +14,7 @@ replays' outputs) is checked only on a real GPU (cuda_helpers.computed).
 import json
 import pickle
 
-from cuda_helpers import MiB, check_noted, computed, requires_gpu, run_noted, that
+from tests.cuda.cuda_helpers import MiB, check_noted, computed, requires_gpu, run_noted, that
 from tests.support.subprocess_runner import run_torchmem
 from torchmem import replay as sim
 

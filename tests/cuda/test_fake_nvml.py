@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_helpers import FAKE_GPU, requires_gpu
+from tests.cuda.cuda_helpers import FAKE_GPU, requires_gpu
 from tests.support.subprocess_runner import run_python
 
 pytestmark = [requires_gpu, pytest.mark.skipif(not FAKE_GPU, reason="checks the fake GPU's NVML")]

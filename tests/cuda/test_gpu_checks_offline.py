@@ -32,7 +32,7 @@ import cuda_helpers
 import test_cuda_pressure
 import test_cuda_semantics
 import torchmem.runtime.cuda
-from cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
+from tests.cuda.cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 

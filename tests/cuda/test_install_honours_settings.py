@@ -17,7 +17,7 @@ import json
 import pytest
 import torch
 
-from cuda_helpers import FAKE_GPU, requires_gpu
+from tests.cuda.cuda_helpers import FAKE_GPU, requires_gpu
 from tests.support.subprocess_runner import run_python
 
 pytestmark = [requires_gpu, pytest.mark.skipif(not FAKE_GPU, reason=(

@@ -8,7 +8,7 @@ layers would), so it runs on the fake GPU too; there, where kernels write
 nothing, each step also writes a mark into its intermediate by a copy, so a
 reused escaped tensor would show, and outputs are compared only on a real GPU.
 """
-from cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
+from tests.cuda.cuda_helpers import FAKE_GPU, MiB, requires_gpu, run_json
 
 pytestmark = requires_gpu
 

@@ -27,7 +27,7 @@ sleep kernel instead of being held, which makes its timing a GPU's.
 """
 import pytest
 
-from cuda_helpers import FAKE_GPU, requires_gpu, run_noted
+from tests.cuda.cuda_helpers import FAKE_GPU, requires_gpu, run_noted
 
 pytestmark = [requires_gpu, pytest.mark.skipif(not FAKE_GPU, reason=(
     "compares two runs event by event: needs the fake GPU's held streams, so that deferred frees complete "

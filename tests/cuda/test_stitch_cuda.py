@@ -6,7 +6,7 @@ driver.)"""
 import pytest
 import torch
 
-from cuda_helpers import MiB, requires_gpu
+from tests.cuda.cuda_helpers import MiB, requires_gpu
 
 pytestmark = requires_gpu
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from helpers import MiB, run_json
+from tests.fakegpu.helpers import MiB, run_json
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "address_order" / "nesta_large_segments.json"
 

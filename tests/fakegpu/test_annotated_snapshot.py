@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from helpers import run_json
+from tests.fakegpu.helpers import run_json
 from tests.support import oracle
 from tests.support.oracle_child import STAT_KEYS
 from tests.support.subprocess_runner import ok, torchmem_here

@@ -12,7 +12,7 @@ import os
 import sys
 
 import torch
-from helpers import MiB, run_json
+from tests.fakegpu.helpers import MiB, run_json
 
 from torchmem import preflight
 from torchmem.preflight.hook import history_context

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from torchmem import fakegpu
-from helpers import ROOT, run_json
+from tests.fakegpu.helpers import ROOT, run_json
 from tests.support.subprocess_runner import run_args
 
 MAJOR = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None

@@ -22,7 +22,7 @@ import pickle
 import pytest
 import torch
 
-from helpers import run_json
+from tests.fakegpu.helpers import run_json
 from tests.support.replay_recording import random_workload
 from tests.support.subprocess_runner import ok, run_torchmem
 from torchmem import replay as sim

@@ -17,7 +17,7 @@ import pickle
 
 import pytest
 
-from helpers import run_json
+from tests.fakegpu.helpers import run_json
 from torchmem import replay as sim
 from tests.support import oracle
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from torchmem import fakegpu
-from helpers import GiB, MiB, run_code, run_json
+from tests.fakegpu.helpers import GiB, MiB, run_code, run_json
 from tests.support.subprocess_runner import run_args
 
 

@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run_args
+from tests.support.subprocess_runner import ROOT, run_args
 from tests.allocator.test_planned_loops import TRAIN_STEP
 
 DOCS = ["README.md", *sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))]

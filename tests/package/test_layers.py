@@ -9,7 +9,10 @@ TYPE_CHECKING is not one. The compiled modules (torchmem._core, torchmem._C) are
 """
 from __future__ import annotations
 
-from test_import_circles import import_graph
+import ast
+import os
+
+from tests.package.test_import_circles import import_graph, package_modules
 
 ROWS: tuple[tuple[str, ...], ...] = (
     ("torchmem.cli", "torchmem.__main__"),  # __main__ is `python -m torchmem`: the command line's entry
@@ -69,3 +72,40 @@ def test_the_check_finds_an_import_up_or_across():
              "torchmem.runtime.memory": {"torchmem.runtime.devices": 5}}
     assert upward_edges(graph) == ["torchmem.formats.traces (line 3) -> torchmem.replay.snapshot_trace",
                                    "torchmem.replay.runner (line 9) -> torchmem.viz.html"]
+
+
+def imports_in_functions(source: str) -> list[int]:
+    """The lines of the imports of torchmem's own modules that sit inside a function body, outside TYPE_CHECKING."""
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            inside = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if in_function and isinstance(child, ast.ImportFrom):
+                if child.level > 0 or (child.module or "").split(".")[0] == "torchmem":
+                    found.append(child.lineno)
+            elif in_function and isinstance(child, ast.Import):
+                if any(a.name.split(".")[0] == "torchmem" for a in child.names):
+                    found.append(child.lineno)
+            visit(child, inside)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_torchmem_imports_sit_at_module_level():
+    # A function may import torch or matplotlib late (the command line runs without them); torchmem's own
+    # modules are imported at the top, so each module's dependencies are read in one place.
+    found = []
+    for name, (path, _) in sorted(package_modules().items()):
+        with open(path) as f:
+            found += [f"{os.path.relpath(path)}:{line}" for line in imports_in_functions(f.read())]
+    assert not found, "imports of torchmem inside functions:\n  " + "\n  ".join(found)
+
+
+def test_the_check_finds_an_import_inside_a_function():
+    source = ("import torchmem.sizes\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from torchmem.x import T\n"
+              "def f():\n    import torch\n    from torchmem.formats import traces\n    from . import y\n")
+    assert imports_in_functions(source) == [7, 8]

@@ -16,7 +16,7 @@ import torch
 
 import torchmem
 import torchmem.runtime.cuda
-from conftest import run_python
+from tests.support.subprocess_runner import run_python
 from torchmem import _core
 from torchmem.formats import trace_types
 from torchmem.replay.trace_files import load_trace

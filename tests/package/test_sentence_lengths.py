@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from tests.support.subprocess_runner import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import sentence_lengths  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import torchmem_here
+from tests.support.subprocess_runner import torchmem_here
 from torchmem.plan import Buffer, buffers_from_trace, load_csv, lower_bound, save_csv, solve
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "dsa"

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, ok, torchmem_here
+from tests.support.subprocess_runner import ROOT, ok, torchmem_here
 NATIVE = os.path.join(ROOT, "tests", "data", "native")
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 ROW = re.compile(r"^  (\S.*?)\s+needs\s+([\d.,]+ \w+|not within reach), peak reserved\s+([\d.,]+ \w+); at .*: (completes|OOM)$")

@@ -20,7 +20,8 @@ from torchmem.formats.traces import from_events, write_jsonl
 from torchmem.formats.trace_types import Chunk, Trace, TraceError
 from torchmem.replay.trace_files import load_trace
 
-from conftest import GiB, MiB, ok, torchmem_here, sim_allocator
+from tests.support.sim import GiB, MiB, sim_allocator
+from tests.support.subprocess_runner import ok, torchmem_here
 
 
 def events_of(*ops):

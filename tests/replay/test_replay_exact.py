@@ -15,7 +15,7 @@ import pickle
 
 import pytest
 
-from conftest import ok, torchmem_here
+from tests.support.subprocess_runner import ok, torchmem_here
 from tests.support.replay_recording import (
     GiB, MiB, alloc_addresses, begin_mid_run, random_workload, record, segment_layout,
 )

@@ -23,7 +23,7 @@ from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, load
 from torchmem.formats.trace_types import TraceError
 
-from conftest import MiB, sim_allocator
+from tests.support.sim import MiB, sim_allocator
 
 SNAPSHOTS = "/work/shared/data/snapshots" if os.path.isdir("/work/shared/data/snapshots") else os.path.join(
     os.path.dirname(__file__), "..", "..", "..", "shared", "data", "snapshots")
@@ -305,7 +305,7 @@ torch.cuda.memory._dump_snapshot({path!r})
 
 def _fake_gpu_tier(version: str) -> tuple[str, str] | None:
     """(python, extension dir) of the fake-GPU tier for a CUDA build of torch `version`, if built here."""
-    from conftest import ROOT
+    from tests.support.subprocess_runner import ROOT
 
     venv = os.path.join(ROOT, ".venv-cuda" if version == "2.14.1" else f".venv-cuda-{version}")
     python, ext = os.path.join(venv, "bin", "python"), os.path.join(ROOT, "build", f"cuda-{version}", "lib", "torchmem")
@@ -318,7 +318,7 @@ def _fake_gpu_tier(version: str) -> tuple[str, str] | None:
 def test_snapshots_written_by_pytorchs_cuda_builds_load(tmp_path, version):
     """torch.cuda.memory._dump_snapshot() itself, in PyTorch's CUDA build on the fake GPU (make fakegpu): the
     pickle holds plain data only, loads as pickle.load reads it, and replays exactly, its OOM reproduced."""
-    from conftest import ROOT, ok, run_args
+    from tests.support.subprocess_runner import ROOT, ok, run_args
 
     tier = _fake_gpu_tier(version)
     if tier is None:

@@ -20,7 +20,7 @@ import pytest
 import torchmem
 from torchmem.runtime.oom import files
 
-from conftest import ROOT, last_json, ok, run_args, run_python, torchmem_here
+from tests.support.subprocess_runner import ROOT, last_json, ok, run_args, run_python, torchmem_here
 MiB = 1 << 20
 
 # Fills a 64 MiB capacity with a mix of 3 and 5 MiB tensors, freeing some, until an OOM.

@@ -6,7 +6,7 @@ import torch
 
 from torchmem import _core
 
-from conftest import MiB, sim_allocator
+from tests.support.sim import MiB, sim_allocator
 
 
 def actions(allocator):

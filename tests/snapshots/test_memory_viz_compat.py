@@ -17,7 +17,8 @@ from torchmem import replay as sim
 from torchmem.runtime.snapshot import dump_snapshot
 from torchmem.formats.snapshot_format import build_snapshot, snapshot_from_replay
 
-from conftest import MiB, ok, run_args, run_python, sim_allocator
+from tests.support.sim import MiB, sim_allocator
+from tests.support.subprocess_runner import ok, run_args, run_python
 
 
 def allocate_weights(a):

@@ -13,7 +13,8 @@ from torchmem.formats.trace_types import TraceError
 from torchmem.viz.timeline import timeline
 from torchmem.viz.totals import totals
 
-from conftest import MiB, run_ok, run_python, sim_allocator, torchmem_here
+from tests.support.sim import MiB, sim_allocator
+from tests.support.subprocess_runner import run_ok, run_python, torchmem_here
 
 SEGMENT_KEYS = {"device", "address", "total_size", "stream", "segment_type", "segment_pool_id", "allocated_size",
                 "active_size", "requested_size", "is_expandable", "frames", "blocks"}

@@ -5,7 +5,7 @@ import torchmem
 from torchmem.runtime.memory import flatten_stats
 from torchmem.runtime.summary import format_bytes
 
-from conftest import MiB, sim_allocator
+from tests.support.sim import MiB, sim_allocator
 
 # The keys of torch.cuda.memory_stats() (PyTorch 2.x), checked against its docs.
 TORCH_KEYS = {

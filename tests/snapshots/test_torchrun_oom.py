@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, ok, run_torchmem
+from tests.support.subprocess_runner import ROOT, ok, run_torchmem
 
 JOB = os.path.join(ROOT, "tests", "support", "ddp_oom_job.py")
 LIMIT_S = 60

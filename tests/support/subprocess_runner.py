@@ -1,10 +1,8 @@
 """The one way the tests run something in a fresh interpreter.
 
 Tests that swap PyTorch's allocator, fork, abort or need a clean environment
-run their code in a child. Everything here is re-exported by tests/conftest.py
-(``from conftest import run_python``); tests/cuda and tests/fakegpu import it
-from here (``tests.support.subprocess_runner``), since
-tests/cuda/run_without_pytest.py runs them without pytest.
+run their code in a child. Every test imports it as ``tests.support.subprocess_runner``;
+tests/cuda/run_without_pytest.py runs the CUDA tests without pytest through the same import.
 
 - ``run_python(code)``: ``python -c code`` (dedented, after ``prelude``);
 - ``run_args(args)``: ``python *args`` (a module with ``-m``, a script);
