@@ -5,6 +5,8 @@ allocator stays within the card's total_memory (torchmem/preflight/verdict.py).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from torchmem.fakegpu import cards
@@ -138,3 +140,10 @@ def test_a_bare_size_says_what_it_assumes():
     report = report_for("24GiB", 24 * GiB)
     assert report.fits and report.devices[0].outside == 0
     assert any("none is assumed" in w for w in warnings_for(report))
+
+
+def test_a_report_cannot_be_changed_once_built():
+    report = report_for("h100", 10 * MiB)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.warnings = ["patched"]  # type: ignore[misc]
+    assert report.warnings == [] and report.captured is None

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -83,9 +83,9 @@ class DeviceResult:
         return {**self.__dict__, "needed": v.needed, "headroom": v.headroom, "fits": v.fits and self.oom is None}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """What a preflight found.
+    """What a preflight found, built whole once the run has ended (never changed after).
 
     `fits`: every process ended without an uncaught OOM, and on every device
     the peak reserved plus the memory outside the allocator stays within the
@@ -105,6 +105,7 @@ class Report:
     value: Any = None                          # run(fn)'s return value
     cards: list[Any] | None = None             # cards_table.CardFit rows: the catalog's cards, smallest first
     warnings: list[str] = field(default_factory=list)
+    captured: tuple[str, str] | None = None    # (stdout, stderr) of the command, with capture_output
 
     @property
     def devices(self) -> list[DeviceResult]:
@@ -237,17 +238,35 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     world = plan(command, world_size, ranks) if world_size is not None else None
     run_as = list(world.command) if world else command
     devices = world.per_node if world else devices
-    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="torchmem-preflight-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*"), *folder.glob("fakegpu.log")]:
-        stale.unlink()
+    folder = _fresh_folder(out)
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
                            command=run_as, steps=steps, read_weights=read_weights)
     program = shutil.which(run_as[0], path=full.get("PATH"))
     if program is None:
         raise PreflightError(f"{run_as[0]}: command not found", 127)
-    returncode, captured = 0, ("", "")
     started = time.monotonic()
+    returncode, captured = _run_ranks([program, *run_as[1:]], full, world, shown, timeout, capture_output,
+                                      stdout_to_stderr)
+    observed = Report(command, chosen, devices, conf, str(folder), returncode, _read(folder),
+                      captured=captured if capture_output else None)
+    _refuse_failed_run(observed, shown, full.get("TORCHMEM_FAKEGPU_LOG"), started)
+    return replace(observed, warnings=warnings_for(observed), **_replay_fields(observed, advise, card_table))
+
+
+def _fresh_folder(out: str | os.PathLike[str] | None) -> Path:
+    """The run's folder (a new temporary one when none is given), without an earlier run's reports and logs."""
+    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="torchmem-preflight-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in [*folder.glob("rank*.*"), *folder.glob("pid*.*"), *folder.glob("fakegpu.log")]:
+        stale.unlink()
+    return folder
+
+
+def _run_ranks(argv: list[str], full: dict[str, str], world: World | None, shown: str, timeout: float | None,
+               capture_output: bool, stdout_to_stderr: bool) -> tuple[int, tuple[str, str]]:
+    """Runs the command once per rank that runs here (once without a world): the first non-zero exit
+    status, and the output captured from all of them."""
+    returncode, captured = 0, ("", "")
     for i, rank in enumerate(world.ranks if world else [None]):
         rank_env = full if world is None else {**full, **world.environment(rank)}
         if world is not None and len(world.ranks) > 1:
@@ -255,7 +274,7 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
                   file=sys.stderr, flush=True)
         try:
             redirect = _stdout_to_stderr() if stdout_to_stderr and not capture_output else {}
-            proc = subprocess.run([program, *run_as[1:]], env=rank_env, capture_output=capture_output, text=True,
+            proc = subprocess.run(argv, env=rank_env, capture_output=capture_output, text=True,
                                   timeout=timeout, **redirect)
             if redirect.get("stdout") is subprocess.PIPE:
                 sys.stderr.write(proc.stdout)
@@ -264,12 +283,16 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
         returncode = returncode or proc.returncode
         if capture_output:
             captured = (captured[0] + proc.stdout, captured[1] + proc.stderr)
-    processes = _read(folder)
-    report = Report(command, chosen, devices, conf, str(folder), returncode, processes)
-    report.captured = captured if capture_output else None  # type: ignore[attr-defined]
+    return returncode, captured
+
+
+def _refuse_failed_run(report: Report, shown: str, fakegpu_log: str | None, started: float) -> None:
+    """PreflightError when the command failed for its own reasons (not memory), was killed, or never used
+    the GPU; its message is one line, its returncode the command's."""
+    processes, returncode, folder = report.processes, report.returncode, Path(report.out)
     failed = [p for p in processes if p.get("status") == "error"]
     if failed:
-        why = cause(full.get("TORCHMEM_FAKEGPU_LOG"), failed[0]["pid"], failed[0]["error"])
+        why = cause(fakegpu_log, failed[0]["pid"], failed[0]["error"])
         raise PreflightError(f"`{shown}` failed: {failed[0]['error']}{'; ' + why if why else ''} "
                              f"(exit status {returncode}; "
                              f"traceback in {folder / (failed[0]['name'] + '.traceback.txt')})",
@@ -282,10 +305,6 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     if not processes:
         raise PreflightError(f"`{shown}` never used the GPU: nothing to report (is torch the CUDA "
                              "build in that interpreter?)", 1)
-
-    report.warnings = warnings_for(report)
-    _replays(report, advise, card_table)
-    return report
 
 
 def _stdout_to_stderr() -> dict[str, Any]:
@@ -309,31 +328,23 @@ def _read(folder: Path) -> list[dict[str, Any]]:
     return processes
 
 
-def _replays(report: Report, with_advise: bool, card_table: bool = True) -> None:
-    """advise, and the catalog's cards (cards_table.py), on the device that ran out of memory, else the one that
-    reserved the most."""
-
+def _replay_fields(report: Report, with_advise: bool, card_table: bool = True) -> dict[str, Any]:
+    """The report's advise and catalog fields (advice, advised, advice_missing, cards; cards_table.py), read
+    from the device that ran out of memory, else the one that reserved the most."""
     candidates = report.ooms or sorted(report.devices, key=lambda d: -d.peak_reserved)
     missing = None if with_advise else "advise was not asked for (--no-advise, or advise=False)"
     if not candidates:
-        report.advice_missing = missing or "no process allocated device memory, so there is no history to replay"
-        return
+        return {"advice_missing": missing or "no process allocated device memory, so there is no history to replay"}
     chosen = candidates[0]
     if not chosen.snapshot:
-        report.advice_missing = missing or f"{chosen.process} wrote no snapshot"
-        return
+        return {"advice_missing": missing or f"{chosen.process} wrote no snapshot"}
     trace = load_trace(chosen.snapshot, device=chosen.device)
     if trace.recorded is not None and not trace.recorded.entries:
-        report.advice_missing = missing or (f"{chosen.snapshot} holds no history for device {chosen.device}: "
-                                            "its recording was stopped or never started")
-        return
-    report.advised = (chosen.process, chosen.device)
-    if with_advise:
-        report.advice = advise(trace, report.card.usable)
-    else:
-        report.advice_missing = missing
-    if card_table:
-        report.cards = card_fits(trace, report.card, report.advice, bool(merged_sites(report.processes, "sized")))
+        return {"advice_missing": missing or (f"{chosen.snapshot} holds no history for device {chosen.device}: "
+                                              "its recording was stopped or never started")}
+    advice = advise(trace, report.card.usable) if with_advise else None
+    cards = card_fits(trace, report.card, advice, bool(merged_sites(report.processes, "sized"))) if card_table else None
+    return {"advised": (chosen.process, chosen.device), "advice": advice, "advice_missing": missing, "cards": cards}
 
 
 _CHILD = """
@@ -367,10 +378,8 @@ def run(fn: Callable[..., Any], *args: Any, card: str | int | Card = "80GiB", de
         label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}(...)"
         report = run_command([sys.executable, "-c", _CHILD, str(exchange)], card, devices, conf=conf, out=out,
                              advise=advise, env=env, capture_output=True, timeout=timeout, label=label)
-        if report.fits:
-            report.value = pickle.loads(exchange.read_bytes())
-        report.command = [label]
-    return report
+        value = pickle.loads(exchange.read_bytes()) if report.fits else None
+    return replace(report, value=value, command=[label])
 
 
 __all__ += ["FakeGPUError", "OOM_EXIT"]

@@ -551,11 +551,8 @@ def _count_size_reads(torch: Any) -> None:
 # Values that should come from other ranks (a broadcast object, a gathered
 # size) are whatever this rank's buffers hold.
 
-def _local_rendezvous(torch: Any, world: int) -> None:
-    dist = getattr(torch, "distributed", None)
-    if dist is None or not dist.is_available():
-        return
-    import inspect
+def _local_store_class(dist: Any, world: int) -> type:
+    """A torch.distributed.Store of this process alone, answering for a world of `world` ranks."""
 
     class LocalStore(dist.Store):
         """A store of this process alone (Note [Ranks that are not run])."""
@@ -597,6 +594,16 @@ def _local_rendezvous(torch: Any, world: int) -> None:
         def set_timeout(self, timeout: Any) -> None:
             return None
 
+    return LocalStore
+
+
+def _local_rendezvous(torch: Any, world: int) -> None:
+    dist = getattr(torch, "distributed", None)
+    if dist is None or not dist.is_available():
+        return
+    import inspect
+
+    LocalStore = _local_store_class(dist, world)
     original = dist.init_process_group
     signature = inspect.signature(original)
     rank = int(os.environ.get("RANK", "0"))
