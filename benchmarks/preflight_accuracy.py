@@ -34,7 +34,7 @@ import json, os, sys
 sys.path.insert(0, {root!r})
 import torch
 kind, out = sys.argv[1], sys.argv[2]
-recording = not os.environ.get("TORCHMEM_PREFLIGHT_OUT")
+recording = not os.environ.get("TORCHMEM_PREFLIGHT_PLAN")
 if recording:
     torch.cuda.memory._record_memory_history(stacks="python")
     torch.backends.cudnn.enabled = False  # as under preflight, so both runs take the same kernels

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 from torchmem.fakegpu import Card, FakeGPUError, card as parse_card, environment, interpreter_of, torch_build
 from torchmem.preflight.fakegpu_log import cause
 from torchmem.preflight.killed import KILLED, killed_message
-from torchmem.preflight.hook import MAX_ENTRIES, OUT, OUTSIDE, READ_WEIGHTS, STEPS
+from torchmem.preflight.run_plan import ENV as PLAN_ENV, RunPlan
 from torchmem.preflight.verdict import Verdict, verdict
 from torchmem.preflight.world import World, WorldError, parse_ranks, plan
 from torchmem.preflight.cards_table import card_fits
@@ -159,11 +159,14 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
                     out: str | os.PathLike[str], max_entries: int | None = None,
                     base: Mapping[str, str] | None = None,
                     command: Sequence[str] | None = None, steps: int | None = None,
-                    read_weights: bool = False) -> dict[str, str]:
+                    read_weights: bool = False, world: int | None = None) -> dict[str, str]:
     """The environment of a command run under preflight: the fake GPU's (the set of the CUDA major of the
-    torch that `command`'s Python runs), plus the start-up hook. A CPU build of torch there is refused.
-    With `steps`, each process ends after that many optimizer steps (steps_hook.py). Without `read_weights`,
-    safetensors checkpoints load their shapes, not their bytes (weights_hook.py)."""
+    torch that `command`'s Python runs), plus the start-up hook and its RunPlan (run_plan.py). A CPU build
+    of torch there is refused. With `steps`, each process ends after that many optimizer steps
+    (steps_hook.py). Without `read_weights`, safetensors checkpoints load their shapes, not their bytes
+    (weights_hook.py). `world`: the job's world size, when only some of its ranks run (world.py)."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a whole number of at least 1, not {steps!r}")
     python = interpreter_of(command, (base or os.environ).get("PATH")) if command else None
     build = torch_build(python) if python else None  # a command that is not found is named by the run
     if build is not None and build.version is not None and build.cuda is None:
@@ -173,20 +176,11 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     log = given_log or Path(out) / "fakegpu.log"  # failed and missing calls (fakegpu_log.py)
     env = environment(card, devices, base=base, command=command, log=os.path.abspath(os.fspath(log)))
     env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/src/contents.c)
-    env[OUTSIDE] = str(parse_card(card).outside_bytes)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    env[OUT] = os.path.abspath(os.fspath(out))
-    if max_entries is not None:
-        env[MAX_ENTRIES] = str(max_entries)
-    if steps is not None:
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ValueError(f"steps must be a whole number of at least 1, not {steps!r}")
-        env[STEPS] = str(steps)
-    if read_weights:
-        env[READ_WEIGHTS] = "1"
-    else:
-        env.pop(READ_WEIGHTS, None)
+    env[PLAN_ENV] = RunPlan(out=os.path.abspath(os.fspath(out)), max_entries=max_entries,
+                            outside=parse_card(card).outside_bytes, world=world, steps=steps,
+                            read_weights=read_weights).to_json()
     if conf is not None:
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     return env
@@ -240,7 +234,8 @@ def run_command(command: Sequence[str], card: str | int | Card = "80GiB", device
     devices = world.per_node if world else devices
     folder = _fresh_folder(out)
     full = environment_for(chosen, devices, conf=conf, out=folder, max_entries=max_entries, base=env,
-                           command=run_as, steps=steps, read_weights=read_weights)
+                           command=run_as, steps=steps, read_weights=read_weights,
+                           world=world.size if world else None)
     program = shutil.which(run_as[0], path=full.get("PATH"))
     if program is None:
         raise PreflightError(f"{run_as[0]}: command not found", 127)

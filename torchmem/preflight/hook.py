@@ -15,17 +15,17 @@ torch; then, before the script can allocate:
 - NCCL is the fake GPU's stand-in (fakegpu/nccl/nccl.c): ProcessGroupNCCL
   runs as it is, and the most device memory NCCL held on a device counts
   outside the allocator (``nccl`` in the report);
-- when only some ranks of a job run (``$TORCHMEM_PREFLIGHT_WORLD``, world.py),
+- when only some ranks of a job run (the plan's ``world``, world.py),
   ``init_process_group`` gets a store that answers locally (Note [Ranks that
   are not run]);
 - when CUDA initialises, the memory a real process holds outside PyTorch's
-  allocator (``$TORCHMEM_PREFLIGHT_OUTSIDE`` bytes: the card's CUDA context
+  allocator (the plan's ``outside`` bytes: the card's CUDA context
   and libraries, torchmem/fakegpu/cards.py) is taken from every device with
   the fake runtime's own ``cudaMalloc``, so the allocator gets what it would
   get on the real card;
 - safetensors checkpoints load their headers, not their bytes, unless
-  ``$TORCHMEM_PREFLIGHT_READ_WEIGHTS`` is set (weights_hook.py);
-- with ``$TORCHMEM_PREFLIGHT_STEPS`` (``--steps N``), optimizer steps are
+  the plan's ``read_weights`` is set (weights_hook.py);
+- with the plan's ``steps`` (``--steps N``), optimizer steps are
   counted with their peaks, and the process ends after the N-th
   (steps_hook.py);
 - calls that read values computed on the device (``.item()``,
@@ -37,7 +37,7 @@ torch; then, before the script can allocate:
 At exit, or at the first uncaught ``torch.OutOfMemoryError`` (before the
 traceback releases the tensors), the process writes its native snapshot
 (``NAME.pickle``) and a small report (``NAME.json``) into
-``$TORCHMEM_PREFLIGHT_OUT``, NAME being ``rank{RANK}`` under torchrun, else
+the plan's ``out`` folder, NAME being ``rank{RANK}`` under torchrun, else
 ``pid{PID}``. A process that never initialised CUDA writes nothing. An
 uncaught exception is written as one line to the report and in full to
 ``NAME.traceback.txt``, not printed: the launcher prints the line.
@@ -54,14 +54,9 @@ import sys
 import traceback
 from typing import Any
 
-# How the launcher (preflight/__init__.py, world.py) tells each process what to do: the one list of the names.
-OUT = "TORCHMEM_PREFLIGHT_OUT"
-MAX_ENTRIES = "TORCHMEM_PREFLIGHT_MAX_ENTRIES"
-OUTSIDE = "TORCHMEM_PREFLIGHT_OUTSIDE"
-WORLD = "TORCHMEM_PREFLIGHT_WORLD"
-STEPS = "TORCHMEM_PREFLIGHT_STEPS"
-READ_WEIGHTS = "TORCHMEM_PREFLIGHT_READ_WEIGHTS"
-_state: dict[str, Any] = {"written": False, "counts": {}, "sized": {}, "notes": [], "outcome": None}
+# What the launcher (preflight/__init__.py) tells each process is one RunPlan in one variable (run_plan.py),
+# read once by install() into _state["plan"].
+_state: dict[str, Any] = {"written": False, "counts": {}, "sized": {}, "notes": [], "outcome": None, "plan": None}
 
 # Tensor methods whose result depends on values computed on the device.
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")
@@ -91,10 +86,12 @@ def name() -> str:
 
 def install() -> None:
     """Called from sitecustomize: waits for torch's import, and handles uncaught exceptions."""
-    if not os.environ.get(OUT):
+    plan = _sibling("run_plan").plan_of(os.environ)
+    if plan is None:
         return
+    _state["plan"] = plan
     sys.meta_path.insert(0, _AfterImport("torch", _on_torch))
-    if not os.environ.get(READ_WEIGHTS):  # checkpoints load their shapes, not their bytes (weights_hook.py)
+    if not plan.read_weights:  # checkpoints load their shapes, not their bytes (weights_hook.py)
         sys.meta_path.insert(0, _AfterImport("safetensors", lambda module: _sibling("weights_hook").install(module)))
     previous = sys.excepthook
 
@@ -136,7 +133,8 @@ def _on_torch(torch: Any) -> None:
     if torch.version.cuda is None:
         _state["notes"].append(f"torch {torch.__version__} is not a CUDA build: nothing was recorded")
         return
-    entries = int(os.environ.get(MAX_ENTRIES) or sys.maxsize)
+    plan = _state["plan"]
+    entries = plan.max_entries or sys.maxsize
     context = history_context(torch.__version__)
     torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python", context=context)
     if context != "all":
@@ -149,13 +147,12 @@ def _on_torch(torch: Any) -> None:
         torch.backends.cuda.enable_cudnn_sdp(False)
     _count_reads(torch)
     _count_size_reads(torch)
-    if os.environ.get(WORLD):
-        _local_rendezvous(torch, int(os.environ[WORLD]))
-    outside = int(os.environ.get(OUTSIDE) or 0)
-    if outside > 0:
-        torch.cuda._lazy_call(lambda: _take_outside(torch, outside))
-    if os.environ.get(STEPS):
-        _count_steps(torch, int(os.environ[STEPS]))
+    if plan.world:
+        _local_rendezvous(torch, plan.world)
+    if plan.outside > 0:
+        torch.cuda._lazy_call(lambda: _take_outside(torch, plan.outside))
+    if plan.steps:
+        _count_steps(torch, plan.steps)
     atexit.register(_at_exit)
 
 
@@ -163,9 +160,13 @@ def _sibling(name: str) -> Any:
     """A module of this folder, loaded by path as this one is (none of torchmem's imports run)."""
     import importlib.util
 
+    key = f"_torchmem_preflight_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
     where = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_torchmem_preflight_{name}", where)
+    spec = importlib.util.spec_from_file_location(key, where)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module  # before it runs: a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -650,7 +651,7 @@ def _oom_details(exc: BaseException) -> dict[str, Any]:
 
 
 def _uncaught(exc: BaseException) -> None:
-    out = os.environ[OUT]
+    out = _state["plan"].out
     torch = sys.modules.get("torch")
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     with open(os.path.join(out, f"{name()}.traceback.txt"), "w") as f:
@@ -733,7 +734,7 @@ def _write() -> None:
     if _state["written"] or (not used and outcome["status"] == "completed"):
         return  # a process that never used the GPU and ended well (torchrun's launcher) has nothing to say
     _state["written"] = True
-    out = os.environ[OUT]
+    out = _state["plan"].out
     base = os.path.join(out, name())
     if used:
         import pickle

@@ -15,7 +15,7 @@ transformers and diffusers go through `safe_open`, so they load shapes too.
 
 The tensors are created in the order the script asks for them, on the
 devices it asks for, so the device allocations are those of a real load.
-$TORCHMEM_PREFLIGHT_READ_WEIGHTS=1 (`--read-weights`) keeps the real loader.
+The run plan's read_weights (`--read-weights`, run_plan.py) keeps the real loader.
 """
 from __future__ import annotations
 

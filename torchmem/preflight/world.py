@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from torchmem.fakegpu import interpreter_of
-from torchmem.preflight.hook import WORLD
 
-# WORLD (hook.py): the job's world size, when some ranks are not run.
 DEFAULT_PER_NODE = 8                # ranks per node when neither torchrun nor the caller says
 
 # torchrun's options that take no value; every other option does (as `--name value` or `--name=value`).
@@ -44,14 +42,14 @@ class World:
     command: tuple[str, ...]  # what one rank runs: the script, without the launcher
 
     def environment(self, rank: int) -> dict[str, str]:
-        """The variables torchrun sets for `rank` (torch.distributed.elastic's agent), plus hook.py's."""
+        """The variables torchrun sets for `rank` (torch.distributed.elastic's agent)."""
         node, local = divmod(rank, self.per_node)
         return {"RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(self.size),
                 "LOCAL_WORLD_SIZE": str(self.per_node), "GROUP_RANK": str(node),
                 "GROUP_WORLD_SIZE": str(-(-self.size // self.per_node)), "ROLE_RANK": str(rank),
                 "ROLE_WORLD_SIZE": str(self.size), "ROLE_NAME": "default", "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "torchmem-preflight",
-                "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0", WORLD: str(self.size)}
+                "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0"}
 
 
 def parse_ranks(text: str) -> tuple[int, ...]:
