@@ -255,6 +255,44 @@ def replay(
             config is the recorded one.
     """
     trace = as_trace(trace, device, skip_bad_events)
+    settings = _replay_settings(trace, capacity, conf, in_use_by_others, follow_recording)
+    replayer, follow_recording = _new_replayer(trace, settings, skip_bad_events, history)
+    notes = list(trace.notes)
+    if trace.start is not None:
+        _restore_start_state(replayer, trace, settings, notes)
+    seconds = _run_chunks(replayer, trace, progress)
+    return _replay_result(trace, replayer, settings, follow_recording, notes, seconds)
+
+
+def compare(
+    trace: Trace | str | Iterable[dict],
+    confs: Sequence[str],
+    capacity: int | str | None = "80GiB",
+    **kwargs: Any,
+) -> list[ReplayResult]:
+    """Replay the same trace under each config; one result per config."""
+    trace = as_trace(trace, kwargs.pop("device", None), kwargs.get("skip_bad_events", False))
+    if not confs:
+        raise ValueError("compare needs at least one config")
+    return [replay(trace, capacity, conf, **kwargs) for conf in confs]
+
+
+@dataclass(frozen=True)
+class _ReplaySettings:
+    """What a replay runs under, and where the capacity and the config came from."""
+
+    capacity: int
+    capacity_source: str
+    conf: str
+    conf_source: str
+    others: int              # bytes of the device held outside PyTorch's allocator
+    follow_recording: bool   # asked of the replayer (a policy that places blocks its own way then drops it)
+    sample_every: int        # events between timeline samples
+
+
+def _replay_settings(trace: Trace, capacity: int | str | None, conf: str | None,
+                     in_use_by_others: int | str | None, follow_recording: bool | None) -> _ReplaySettings:
+    """The settings of replay()'s arguments: those given, else the recording's, else the defaults; validated."""
     recorded = trace.recorded
     capacity_source = "given"
     if capacity is None:
@@ -262,6 +300,20 @@ def replay(
         if in_use_by_others is None and recorded is not None:
             in_use_by_others = recorded.held
     capacity = parse_capacity(capacity)
+    conf, conf_source = _conf_and_source(conf, recorded)
+    if follow_recording is None:
+        follow_recording = recorded is not None and normalize_conf(conf) == normalize_conf(recorded.conf or "")
+    follow_recording = bool(follow_recording and recorded is not None)
+    sample_every = max(1, (trace.total or 0) // MAX_TIMELINE_POINTS) if trace.total else 256
+    others = parse_bytes(in_use_by_others or 0, "in_use_by_others", allow_zero=True)
+    if others >= capacity:
+        raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
+    return _ReplaySettings(capacity=capacity, capacity_source=capacity_source, conf=conf, conf_source=conf_source,
+                           others=others, follow_recording=follow_recording, sample_every=sample_every)
+
+
+def _conf_and_source(conf: str | None, recorded: Any) -> tuple[str, str]:
+    """The config to replay under (given, else recorded, else the defaults), validated and stripped; its source."""
     conf_source = "given"
     if conf is None:
         if recorded is not None and recorded.conf is not None:
@@ -271,51 +323,75 @@ def replay(
     if not isinstance(conf, str):
         raise TypeError(f"conf must be a string like 'expandable_segments:True', not {type(conf).__name__}")
     _core.parse_config(conf)  # validates; names the bad key
-    conf = conf.strip()
-    if follow_recording is None:
-        follow_recording = recorded is not None and normalize_conf(conf) == normalize_conf(recorded.conf or "")
-    follow_recording = bool(follow_recording and recorded is not None)
-    sample_every = max(1, (trace.total or 0) // MAX_TIMELINE_POINTS) if trace.total else 256
-    others = parse_bytes(in_use_by_others or 0, "in_use_by_others", allow_zero=True)
-    if others >= capacity:
-        raise ValueError(f"in_use_by_others ({others} bytes) must be less than the capacity ({capacity} bytes)")
-    replayer = _core.Replayer(capacity, others, conf, sample_every, skip_bad_events, follow_recording)
+    return conf.strip(), conf_source
+
+
+def _new_replayer(trace: Trace, settings: _ReplaySettings, skip_bad_events: bool,
+                  history: int) -> tuple[_core.Replayer, bool]:
+    """A replayer for these settings, keeping history and above the recorded addresses; whether it follows."""
+    replayer = _core.Replayer(settings.capacity, settings.others, settings.conf, settings.sample_every,
+                              skip_bad_events, settings.follow_recording)
+    follow_recording = settings.follow_recording
     if replayer.policy != "native":
         follow_recording = False  # the stitch policy places blocks its own way: nothing recorded to follow
     if history:
         replayer.enable_history(history)
-    if recorded is not None:
-        replayer.set_address_floor(recorded.max_address)
-    notes = list(trace.notes)
-    if trace.start is not None:
-        segments = list(trace.start.segments)
-        pool_index = {pid: i + 1 for i, pid in enumerate(trace.start.pools)}
-        for pid, i in pool_index.items():  # private pools that held memory when recording began
-            replayer.enter_pool(i, *pid)
-        replayer.enter_pool(0, 0, 0)
-        # Highest first: a range too large for the recorded layout then overlaps a range already
-        # rebuilt above it, and only its own pages fall back to fixed segments.
-        for r in sorted(trace.start.ranges, key=lambda r: -r.base):
-            try:
-                replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids,
-                                            pool_index.get(r.pool, 0))
-            except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card
-                if "do not fit in the capacity" in str(exc):
-                    raise ValueError(
-                        f"{trace.name}: the capacity ({fmt_size(capacity)}) is smaller than the memory held when "
-                        f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
-                segments += r.as_segments()
-                notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
-        for seg in segments:
-            try:
-                replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids,
-                                 pool_index.get(seg.pool, 0))
-            except ValueError as exc:
-                if "does not fit in the capacity" in str(exc):
-                    raise ValueError(
-                        f"{trace.name}: the capacity ({fmt_size(capacity)}) is smaller than the memory held when "
-                        f"recording began ({fmt_size(trace.start.reserved + others)} with what others hold)") from None
-                raise TraceError(f"{trace.name}: start state: {exc}") from None
+    if trace.recorded is not None:
+        replayer.set_address_floor(trace.recorded.max_address)
+    return replayer, follow_recording
+
+
+def _restore_start_state(replayer: _core.Replayer, trace: Trace, settings: _ReplaySettings, notes: list[str]) -> None:
+    """Rebuild the memory held when recording began: its private pools, expandable ranges, then segments."""
+    segments = list(trace.start.segments)
+    pool_index = {pid: i + 1 for i, pid in enumerate(trace.start.pools)}
+    for pid, i in pool_index.items():  # private pools that held memory when recording began
+        replayer.enter_pool(i, *pid)
+    replayer.enter_pool(0, 0, 0)
+    segments += _restore_start_ranges(replayer, trace, settings, pool_index, notes)
+    _restore_start_segments(replayer, trace, settings, pool_index, segments)
+
+
+def _restore_start_ranges(replayer: _core.Replayer, trace: Trace, settings: _ReplaySettings,
+                          pool_index: dict[tuple, int], notes: list[str]) -> list:
+    """Rebuild the start state's expandable ranges; the fixed segments of those that do not fit this capacity."""
+    fallback = []
+    # Highest first: a range too large for the recorded layout then overlaps a range already
+    # rebuilt above it, and only its own pages fall back to fixed segments.
+    for r in sorted(trace.start.ranges, key=lambda r: -r.base):
+        try:
+            replayer.restore_expandable(r.base, r.stream, r.is_small, r.runs, r.blocks, r.ids,
+                                        pool_index.get(r.pool, 0))
+        except ValueError as exc:  # e.g. the range does not reach its runs on a smaller card
+            if "do not fit in the capacity" in str(exc):
+                raise _start_state_too_large(trace, settings) from None
+            fallback += r.as_segments()
+            notes.append(f"an expandable range is rebuilt as fixed segments on this capacity ({exc})")
+    return fallback
+
+
+def _restore_start_segments(replayer: _core.Replayer, trace: Trace, settings: _ReplaySettings,
+                            pool_index: dict[tuple, int], segments: list) -> None:
+    """Rebuild the start state's fixed segments, each at its recorded address."""
+    for seg in segments:
+        try:
+            replayer.restore(seg.addr, seg.size, seg.stream, seg.is_small, seg.blocks, seg.ids,
+                             pool_index.get(seg.pool, 0))
+        except ValueError as exc:
+            if "does not fit in the capacity" in str(exc):
+                raise _start_state_too_large(trace, settings) from None
+            raise TraceError(f"{trace.name}: start state: {exc}") from None
+
+
+def _start_state_too_large(trace: Trace, settings: _ReplaySettings) -> ValueError:
+    """The error for a capacity smaller than the memory held when recording began."""
+    return ValueError(
+        f"{trace.name}: the capacity ({fmt_size(settings.capacity)}) is smaller than the memory held when "
+        f"recording began ({fmt_size(trace.start.reserved + settings.others)} with what others hold)")
+
+
+def _run_chunks(replayer: _core.Replayer, trace: Trace, progress: Callable[[int], None] | None) -> float:
+    """Run the trace's chunks through the replayer until the end or an OOM stops it; the seconds that took."""
     start = time.perf_counter()
     for chunk in trace.chunks():
         try:
@@ -326,27 +402,26 @@ def replay(
             progress(replayer.events)
         if replayer.stopped:
             break
-    seconds = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def _replay_result(trace: Trace, replayer: _core.Replayer, settings: _ReplaySettings, follow_recording: bool,
+                   notes: list[str], seconds: float) -> ReplayResult:
+    """The result of a finished replay, its OOMs and first difference named by the recording's trace entries."""
+    recorded = trace.recorded
     unread = trace.skipped_lines  # known once the trace has been read
     stats = replayer.stats()
     oom = replayer.oom
     fidelity = replayer.fidelity if follow_recording else None
     survived = replayer.recorded_ooms
     if recorded is not None:
-        for o in survived + ([oom] if oom is not None else []):
-            o["entry"] = recorded.entry_of(o["index"])
-        if fidelity is not None:
-            fidelity["first_difference_entry"] = recorded.entry_of(fidelity["first_difference"])
-    age_guess_entry = None
-    if replayer.start_age_guesses:
-        first = replayer.first_start_age_guess
-        age_guess_entry = recorded.entry_of(first) if recorded is not None else first
-        notes.append(_age_guess_note(age_guess_entry, replayer.start_age_guesses))
+        _number_by_entry(recorded, survived + ([oom] if oom is not None else []), fidelity)
+    age_guess_entry = _note_start_age_guesses(replayer, recorded, notes)
     timeline = _downsample(replayer.timeline(), MAX_TIMELINE_POINTS)
-    result = ReplayResult(
-        conf=conf,
-        capacity=capacity,
-        in_use_by_others=others,
+    return ReplayResult(
+        conf=settings.conf,
+        capacity=settings.capacity,
+        in_use_by_others=settings.others,
         completed=not replayer.stopped,
         events=replayer.events,
         seconds=seconds,
@@ -361,8 +436,8 @@ def replay(
                                        "entries" if recorded is not None else "lines"),
         notes=notes,
         replayer=replayer,
-        capacity_source=capacity_source,
-        conf_source=conf_source,
+        capacity_source=settings.capacity_source,
+        conf_source=settings.conf_source,
         start=trace.start,
         recorded=recorded,
         fidelity=fidelity,
@@ -373,20 +448,24 @@ def replay(
         start_age_guesses=replayer.start_age_guesses,
         start_age_guess_entry=age_guess_entry,
     )
-    return result
 
 
-def compare(
-    trace: Trace | str | Iterable[dict],
-    confs: Sequence[str],
-    capacity: int | str | None = "80GiB",
-    **kwargs: Any,
-) -> list[ReplayResult]:
-    """Replay the same trace under each config; one result per config."""
-    trace = as_trace(trace, kwargs.pop("device", None), kwargs.get("skip_bad_events", False))
-    if not confs:
-        raise ValueError("compare needs at least one config")
-    return [replay(trace, capacity, conf, **kwargs) for conf in confs]
+def _number_by_entry(recorded: Any, ooms: list[dict], fidelity: dict | None) -> None:
+    """Give each OOM met, and the first difference from the recording, its trace entry (in place)."""
+    for o in ooms:
+        o["entry"] = recorded.entry_of(o["index"])
+    if fidelity is not None:
+        fidelity["first_difference_entry"] = recorded.entry_of(fidelity["first_difference"])
+
+
+def _note_start_age_guesses(replayer: _core.Replayer, recorded: Any, notes: list[str]) -> int | None:
+    """Note where the replay guessed between start segments' ages; the entry of the first guess (None if none)."""
+    age_guess_entry = None
+    if replayer.start_age_guesses:
+        first = replayer.first_start_age_guess
+        age_guess_entry = recorded.entry_of(first) if recorded is not None else first
+        notes.append(_age_guess_note(age_guess_entry, replayer.start_age_guesses))
+    return age_guess_entry
 
 
 def _age_guess_note(entry: int | None, n: int) -> str:

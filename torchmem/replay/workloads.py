@@ -53,64 +53,102 @@ class _Ids:
 def transformer_training_events(shape: TransformerShape, seq_lengths: Sequence[int], eval_tokens: int = 0) -> list[dict]:
     """Events of len(seq_lengths) training steps, one sequence length per step,
     then, if eval_tokens, an evaluation forward pass over that many tokens."""
-    h, L, V, b, f = shape.hidden, shape.layers, shape.vocab, shape.batch, shape.ffn_mult
     ev = _Ids()
-    weights = [(3 * h * h), (h * h), (f * h * h), (f * h * h)]  # qkv, out, fc1, fc2 (elements)
-    for _ in range(L):
-        for n in weights:
-            ev.alloc(2 * n)   # bf16 weights
-            ev.alloc(4 * n)   # fp32 master copy
-    ev.alloc(2 * V * h)       # embedding
-    ev.alloc(4 * V * h)       # its master copy
+    weights = _layer_weights(shape)
+    _alloc_parameters(ev, shape, weights)
     grads: list[int] = []
     masks: dict[int, int] = {}
     for step, s in enumerate(seq_lengths):
-        tokens = b * s
-        saved: list[list[int]] = []
-        x = ev.alloc(2 * tokens * h)
-        if shape.cache_masks and s not in masks:       # a causal mask cached per sequence length
-            masks[s] = ev.alloc(2 * s * s)
-        for _ in range(L):
-            ln = ev.alloc(2 * tokens * h)
-            qkv = ev.alloc(6 * tokens * h)
-            scores = ev.alloc(4 * b * 32 * s)          # softmax statistics (flash attention)
-            attn = ev.alloc(2 * tokens * h)
-            tmp = ev.alloc(2 * tokens * h)             # projection output before the residual add
-            fc1 = ev.alloc(2 * f * tokens * h)
-            act = ev.alloc(2 * f * tokens * h)
-            out = ev.alloc(2 * tokens * h)
-            ev.free(tmp)
-            saved.append([ln, qkv, scores, attn, fc1, act, x])
-            x = out
-        logits = ev.alloc(4 * tokens * V)              # fp32 logits
-        grad_logits = ev.alloc(4 * tokens * V)
-        ev.free(logits)
-        grad_x = ev.alloc(2 * tokens * h)
-        ev.free(grad_logits, x)
+        tokens = shape.batch * s
+        saved, x = _training_forward(ev, shape, s, masks)
+        grad_x = _loss_gradient(ev, shape, tokens, x)
         if shape.grads_freed == "before_backward":
             ev.free(*grads)
             grads = []
-        create = not grads                             # backward creates gradients that do not exist
-        if create:
-            grads.append(ev.alloc(2 * V * h))
-        for layer in reversed(saved):
-            g_act = ev.alloc(2 * f * tokens * h)
-            if create:
-                grads.extend(ev.alloc(2 * n) for n in weights[::-1])
-            g_in = ev.alloc(2 * tokens * h)
-            ev.free(g_act, grad_x, *layer)
-            grad_x = g_in
-        ev.free(grad_x)
+        _training_backward(ev, shape, tokens, weights, saved, grad_x, grads)
         if step == 0:                                  # Adam creates its state at the first step()
-            for n in [V * h] + weights * L:
-                ev.alloc(4 * n)
-                ev.alloc(4 * n)
+            _alloc_adam_state(ev, shape, weights)
         if shape.grads_freed == "after_step":
             ev.free(*grads)
             grads = []
     if eval_tokens:
         _evaluation(ev, shape, eval_tokens)
     return ev.events
+
+
+def _layer_weights(shape: TransformerShape) -> list[int]:
+    """The sizes of each layer's weight matrices, in elements."""
+    h, f = shape.hidden, shape.ffn_mult
+    return [(3 * h * h), (h * h), (f * h * h), (f * h * h)]  # qkv, out, fc1, fc2 (elements)
+
+
+def _alloc_parameters(ev: _Ids, shape: TransformerShape, weights: list[int]) -> None:
+    """The bf16 weights and fp32 master copies that live for the whole run: each layer's, then the embedding's."""
+    h, V = shape.hidden, shape.vocab
+    for _ in range(shape.layers):
+        for n in weights:
+            ev.alloc(2 * n)   # bf16 weights
+            ev.alloc(4 * n)   # fp32 master copy
+    ev.alloc(2 * V * h)       # embedding
+    ev.alloc(4 * V * h)       # its master copy
+
+
+def _training_forward(ev: _Ids, shape: TransformerShape, s: int, masks: dict[int, int]) -> tuple[list[list[int]], int]:
+    """A forward pass at sequence length s: what each layer saves for backward, and the last layer's output."""
+    h, b, f = shape.hidden, shape.batch, shape.ffn_mult
+    tokens = b * s
+    saved: list[list[int]] = []
+    x = ev.alloc(2 * tokens * h)
+    if shape.cache_masks and s not in masks:       # a causal mask cached per sequence length
+        masks[s] = ev.alloc(2 * s * s)
+    for _ in range(shape.layers):
+        ln = ev.alloc(2 * tokens * h)
+        qkv = ev.alloc(6 * tokens * h)
+        scores = ev.alloc(4 * b * 32 * s)          # softmax statistics (flash attention)
+        attn = ev.alloc(2 * tokens * h)
+        tmp = ev.alloc(2 * tokens * h)             # projection output before the residual add
+        fc1 = ev.alloc(2 * f * tokens * h)
+        act = ev.alloc(2 * f * tokens * h)
+        out = ev.alloc(2 * tokens * h)
+        ev.free(tmp)
+        saved.append([ln, qkv, scores, attn, fc1, act, x])
+        x = out
+    return saved, x
+
+
+def _loss_gradient(ev: _Ids, shape: TransformerShape, tokens: int, x: int) -> int:
+    """The fp32 logits of the last output x, their gradient, then the gradient of x, the one not freed."""
+    h, V = shape.hidden, shape.vocab
+    logits = ev.alloc(4 * tokens * V)              # fp32 logits
+    grad_logits = ev.alloc(4 * tokens * V)
+    ev.free(logits)
+    grad_x = ev.alloc(2 * tokens * h)
+    ev.free(grad_logits, x)
+    return grad_x
+
+
+def _training_backward(ev: _Ids, shape: TransformerShape, tokens: int, weights: list[int],
+                       saved: list[list[int]], grad_x: int, grads: list[int]) -> None:
+    """Backward through the layers, last first, freeing what each saved; adds to grads the gradients it creates."""
+    h, f = shape.hidden, shape.ffn_mult
+    create = not grads                             # backward creates gradients that do not exist
+    if create:
+        grads.append(ev.alloc(2 * shape.vocab * h))
+    for layer in reversed(saved):
+        g_act = ev.alloc(2 * f * tokens * h)
+        if create:
+            grads.extend(ev.alloc(2 * n) for n in weights[::-1])
+        g_in = ev.alloc(2 * tokens * h)
+        ev.free(g_act, grad_x, *layer)
+        grad_x = g_in
+    ev.free(grad_x)
+
+
+def _alloc_adam_state(ev: _Ids, shape: TransformerShape, weights: list[int]) -> None:
+    """Adam's two fp32 moments of every parameter: the embedding's, then each layer's."""
+    for n in [shape.vocab * shape.hidden] + weights * shape.layers:
+        ev.alloc(4 * n)
+        ev.alloc(4 * n)
 
 
 def _evaluation(ev: _Ids, shape: TransformerShape, tokens: int) -> None:
