@@ -222,37 +222,108 @@ def measure_seconds(gm: Any, *example_inputs: Any, runs: int = 3) -> list[float]
     return [0.0 if n.op in _FREE_OPS else statistics.median(s) for n, s in zip(nodes, samples)]
 
 
-def analyze(gm: Any, *example_inputs: Any, timing_runs: int = 0) -> GraphAnalysis:
-    """Runs ``gm`` (a torch.fx.GraphModule, e.g. from torch.fx.symbolic_trace
-    or torch.export(...).module()) once on the inputs and records buffers.
-    ``timing_runs`` > 0: node times from that many more runs (median)."""
-    import torch
-    import torch.fx
-    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+@dataclass
+class _Recording:
+    """What the recorded run has seen so far: the storages of values, the buffers they own, who reads and
+    writes them, and each node's wall time."""
 
-    if not isinstance(gm, torch.fx.GraphModule):
-        raise ValueError(f"expected a torch.fx.GraphModule, got {type(gm).__name__}")
-    nodes = list(gm.graph.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
-    storage_owner: dict[int, Optional[int]] = {}  # storage key -> owned index (None: external)
-    node_storages: dict[int, list[int]] = {}      # node -> storage keys of its output
-    owned: list[_Owned] = []
-    workspaces: list[tuple[int, int]] = []
-    deps: list[set] = [set() for _ in nodes]
-    last_writer: dict[int, int] = {}              # storage key -> last in-place writer
-    readers_of: dict[int, list[int]] = {}         # storage key -> nodes that read it so far
+    nodes: list
+    index: dict                                   # node -> its position in graph order
+    storage_owner: dict[int, Optional[int]] = field(default_factory=dict)  # storage key -> owned index (None: external)
+    node_storages: dict[int, list[int]] = field(default_factory=dict)      # node -> storage keys of its output
+    owned: list[_Owned] = field(default_factory=list)
+    workspaces: list[tuple[int, int]] = field(default_factory=list)        # (node index, bytes)
+    deps: list[set] = field(default_factory=list)                          # deps[v] = nodes that must run before v
+    last_writer: dict[int, int] = field(default_factory=dict)              # storage key -> last in-place writer
+    readers_of: dict[int, list[int]] = field(default_factory=dict)         # storage key -> nodes that read it so far
+    keep_alive: list = field(default_factory=list)  # storages stay allocated so their addresses stay unique
+    seconds: list[float] = field(default_factory=list)                     # per node, wall time in the run
 
-    keep_alive: list = []  # storages stay allocated so their addresses stay unique
-
-    def key(t: Any) -> int:
+    def key(self, t: Any) -> int:
+        """The key of ``t``'s storage (its address), kept allocated for the rest of the run."""
         storage = t.untyped_storage()
-        keep_alive.append(storage)
+        self.keep_alive.append(storage)
         return storage.data_ptr()
 
-    for name, t in list(gm.named_parameters()) + list(gm.named_buffers()):
-        storage_owner.setdefault(key(t), None)
 
-    seconds = [0.0] * len(nodes)
+def _start_recording(gm: Any) -> _Recording:
+    """An empty recording of ``gm``'s nodes, its parameters and buffers known as external storages."""
+    nodes = list(gm.graph.nodes)
+    rec = _Recording(nodes, {n: i for i, n in enumerate(nodes)}, deps=[set() for _ in nodes],
+                     seconds=[0.0] * len(nodes))
+    for name, t in list(gm.named_parameters()) + list(gm.named_buffers()):
+        rec.storage_owner.setdefault(rec.key(t), None)
+    return rec
+
+
+def _record_reads(rec: _Recording, v: int, inputs: list) -> set[int]:
+    """Records node ``v``'s reads of its inputs (dependencies, readers of their storages); returns the storage
+    keys it reads."""
+    for u in inputs:
+        rec.deps[v].add(rec.index[u])
+    in_keys = {k for u in inputs for k in rec.node_storages.get(rec.index[u], [])}
+    for k in in_keys:
+        # Order against in-place writers of what this node reads.
+        if k in rec.last_writer and rec.last_writer[k] != v:
+            rec.deps[v].add(rec.last_writer[k])
+        o = rec.storage_owner.get(k)
+        if o is not None:
+            rec.owned[o].readers.add(v)
+        rec.readers_of.setdefault(k, []).append(v)
+    return in_keys
+
+
+def _mark_returned(rec: _Recording, in_keys: set[int]) -> None:
+    """Marks the buffers the output node reads as returned by the graph."""
+    for k in in_keys:
+        o = rec.storage_owner.get(k)
+        if o is not None:
+            rec.owned[o].to_output = True
+
+
+def _record_outputs(rec: _Recording, n: Any, v: int, tensors: list, in_keys: set[int]) -> list[int]:
+    """Records the storages of node ``v``'s output tensors (a new buffer for a storage no earlier value uses,
+    an in-place write of one it read); returns their storage keys."""
+    keys = []
+    for t in tensors:
+        k = rec.key(t)
+        keys.append(k)
+        if k in rec.storage_owner:
+            if k in in_keys and n.op not in ("placeholder", "get_attr") and _writes(n, t, in_keys):
+                for r in rec.readers_of.get(k, []):
+                    if r != v:
+                        rec.deps[v].add(r)
+                rec.last_writer[k] = v
+            continue
+        if n.op in ("placeholder", "get_attr"):
+            rec.storage_owner[k] = None
+            continue
+        rec.storage_owner[k] = len(rec.owned)
+        suffix = "" if len(tensors) == 1 else f".{len(keys) - 1}"
+        rec.owned.append(_Owned(n.name + suffix, v, int(t.untyped_storage().nbytes())))
+    return keys
+
+
+def _set_tensor_meta(n: Any, result: Any, tensors: list) -> None:
+    """Sets ``n.meta["tensor_meta"]`` as shape propagation does: one entry for a tensor, a list otherwise."""
+    import torch
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    meta = [_extract_tensor_metadata(t) for t in tensors]
+    n.meta["tensor_meta"] = meta[0] if isinstance(result, torch.Tensor) else meta
+
+
+def _workspace_bytes(fn: WorkspaceFn, n: Any, args: tuple) -> int:
+    """The bytes of scratch space ``fn`` declares for node ``n``; ValueError when negative."""
+    size = int(fn(n, args))
+    if size < 0:
+        raise ValueError(f"workspace of {n.name} is negative ({size})")
+    return size
+
+
+def _recorder(gm: Any, rec: _Recording) -> Any:
+    """An fx Interpreter over ``gm`` that records every node it runs, and its wall time, into ``rec``."""
+    import torch.fx
 
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n: Any) -> Any:
@@ -260,67 +331,47 @@ def analyze(gm: Any, *example_inputs: Any, timing_runs: int = 0) -> GraphAnalysi
             try:
                 return self._record(n)
             finally:
-                seconds[index[n]] = time.perf_counter() - start
+                rec.seconds[rec.index[n]] = time.perf_counter() - start
 
         def _record(self, n: Any) -> Any:
-            v = index[n]
+            v = rec.index[n]
             inputs = n.all_input_nodes
-            for u in inputs:
-                deps[v].add(index[u])
-            in_keys = {k for u in inputs for k in node_storages.get(index[u], [])}
-            for k in in_keys:
-                # Order against in-place writers of what this node reads.
-                if k in last_writer and last_writer[k] != v:
-                    deps[v].add(last_writer[k])
-                o = storage_owner.get(k)
-                if o is not None:
-                    owned[o].readers.add(v)
-                readers_of.setdefault(k, []).append(v)
+            in_keys = _record_reads(rec, v, inputs)
             result = super().run_node(n)
             if n.op == "output":
-                for k in in_keys:
-                    o = storage_owner.get(k)
-                    if o is not None:
-                        owned[o].to_output = True
+                _mark_returned(rec, in_keys)
                 return result
             tensors = _tensors(result)
-            keys = []
-            for t in tensors:
-                k = key(t)
-                keys.append(k)
-                if k in storage_owner:
-                    if k in in_keys and n.op not in ("placeholder", "get_attr") and _writes(n, t, in_keys):
-                        for r in readers_of.get(k, []):
-                            if r != v:
-                                deps[v].add(r)
-                        last_writer[k] = v
-                    continue
-                if n.op in ("placeholder", "get_attr"):
-                    storage_owner[k] = None
-                    continue
-                storage_owner[k] = len(owned)
-                suffix = "" if len(tensors) == 1 else f".{len(keys) - 1}"
-                owned.append(_Owned(n.name + suffix, v, int(t.untyped_storage().nbytes())))
-            node_storages[v] = keys
+            rec.node_storages[v] = _record_outputs(rec, n, v, tensors, in_keys)
             if tensors:
-                meta = [_extract_tensor_metadata(t) for t in tensors]
-                n.meta["tensor_meta"] = meta[0] if isinstance(result, torch.Tensor) else meta
+                _set_tensor_meta(n, result, tensors)
             fn = _workspace_fn(gm, n)
             if fn is not None:
-                args = tuple(self.env[u] for u in inputs)
-                size = int(fn(n, args))
-                if size < 0:
-                    raise ValueError(f"workspace of {n.name} is negative ({size})")
-                workspaces.append((v, size))
+                rec.workspaces.append((v, _workspace_bytes(fn, n, tuple(self.env[u] for u in inputs))))
             return result
 
+    return Recorder(gm)
+
+
+def analyze(gm: Any, *example_inputs: Any, timing_runs: int = 0) -> GraphAnalysis:
+    """Runs ``gm`` (a torch.fx.GraphModule, e.g. from torch.fx.symbolic_trace
+    or torch.export(...).module()) once on the inputs and records buffers.
+    ``timing_runs`` > 0: node times from that many more runs (median)."""
+    import torch
+    import torch.fx
+
+    if not isinstance(gm, torch.fx.GraphModule):
+        raise ValueError(f"expected a torch.fx.GraphModule, got {type(gm).__name__}")
+    rec = _start_recording(gm)
     with torch.no_grad():
-        Recorder(gm).run(*example_inputs)
-    seconds = [0.0 if n.op in _FREE_OPS else t for n, t in zip(nodes, seconds)]
+        _recorder(gm, rec).run(*example_inputs)
+    nodes = rec.nodes
+    seconds = [0.0 if n.op in _FREE_OPS else t for n, t in zip(nodes, rec.seconds)]
     if timing_runs:
         seconds = measure_seconds(gm, *example_inputs, runs=timing_runs)
     output = next((i for i, n in enumerate(nodes) if n.op == "output"), -1)
-    return GraphAnalysis([n.name for n in nodes], owned, workspaces, deps, list(range(len(nodes))), seconds, output)
+    return GraphAnalysis([n.name for n in nodes], rec.owned, rec.workspaces, rec.deps, list(range(len(nodes))),
+                         seconds, output)
 
 
 def _writes(node: Any, out: Any, in_keys: set) -> bool:

@@ -183,7 +183,30 @@ def pipeline(graph: Any, *example_inputs: Any, stages: int = 2, in_flight: int =
     1, a cut that breaks a dependency (naming the node), a stage without
     nodes, bad costs, and what ``solve`` rejects.
     """
+    time_limit = _checked_options(stages, in_flight, method, time_limit, alignment, steady_items)
+    a = graph if isinstance(graph, GraphAnalysis) else analyze(graph, *example_inputs, timing_runs=3)
+    names = a.names
+    costs = _node_costs(cost, a)
+    stage_of = _node_stages(cut, names)
+    columns = graph_columns(a)
+    r = _core.planner.plan_pipeline(names, costs, *columns, stages, in_flight, stage_of, method, float(time_limit),
+                                 alignment, steady_items)
+    bnames = columns[0]
+    whole = _sequential_buffers(columns, len(names))
+    out_stages = [_stage(k, s, names, columns, alignment) for k, s in enumerate(r["stages"])]
+    slots = [Slot(bnames[s["buffer"]], s["size"], s["copies"], s["base"], s["from_stage"], s["to_stage"])
+             for s in r["slots"]]
+    result = PipelinePlan(out_stages, slots, r["height"], r["lower_bound"], r["slot_bytes"],
+                          _plan(whole, r["sequential"], alignment), r["speedup"], in_flight,
+                          dict(zip(names, r["stage_of"])), r["seconds"])
+    if steady_items:
+        result.steady_state, result.node_steps = _steady_state(r["unrolled"], len(names))
+    return result
 
+
+def _checked_options(stages: Any, in_flight: Any, method: Any, time_limit: Any, alignment: Any,
+                     steady_items: Any) -> float:
+    """Raises ValueError for a bad option of ``pipeline``; returns the time limit (the default for None)."""
     if isinstance(stages, bool) or not isinstance(stages, int) or stages < 1:
         raise ValueError(f"stages must be an integer >= 1, got {stages!r}")
     if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
@@ -199,33 +222,38 @@ def pipeline(graph: Any, *example_inputs: Any, stages: int = 2, in_flight: int =
         raise ValueError(f"alignment must be an integer >= 1, got {alignment!r}")
     if isinstance(steady_items, bool) or not isinstance(steady_items, int) or steady_items < 0:
         raise ValueError(f"steady_items must be an integer >= 0, got {steady_items!r}")
-    a = graph if isinstance(graph, GraphAnalysis) else analyze(graph, *example_inputs, timing_runs=3)
+    return time_limit
+
+
+def _node_costs(cost: CostSpec, a: GraphAnalysis) -> list[float]:
+    """Each node's cost: from ``cost`` (checked), else its measured wall time (0 where the analysis has none)."""
     names = a.names
     costs = _per_node(cost, names, "cost", lambda out, v: 0.0)
-    costs = [_cost_value(c, names[v]) for v, c in enumerate(costs)] if costs is not None else \
+    return [_cost_value(c, names[v]) for v, c in enumerate(costs)] if costs is not None else \
         (list(a.seconds) if len(a.seconds) == len(names) else [0.0] * len(names))
+
+
+def _node_stages(cut: CutSpec, names: list[str]) -> list[int]:
+    """Each node's stage from ``cut`` (checked); empty for none given (the core balances the cut)."""
     stage_of = _per_node(cut, names, "cut", lambda out, v: out[v - 1] if v > 0 else 0)
-    stage_of = [_stage_value(s, names[v]) for v, s in enumerate(stage_of)] if stage_of is not None else []
-    columns = graph_columns(a)
-    r = _core.planner.plan_pipeline(names, costs, *columns, stages, in_flight, stage_of, method, float(time_limit),
-                                 alignment, steady_items)
+    return [_stage_value(s, names[v]) for v, s in enumerate(stage_of)] if stage_of is not None else []
+
+
+def _sequential_buffers(columns: tuple, nodes: int) -> list[Buffer]:
+    """The graph's buffers on one stream, with steps in graph order (a returned one lives to the end)."""
     bnames, producer, readers, returned, size, _ = columns
-    whole = [Buffer(n, producer[b], (len(names) + 1) if returned[b] else max([producer[b]] + readers[b]) + 1,
-                    size[b]) for b, n in enumerate(bnames)]
-    out_stages = []
-    for k, s in enumerate(r["stages"]):
-        local = {v: i for i, v in enumerate(s["nodes"])}
-        bs = [Buffer(bnames[b], local[producer[b]], max([local[producer[b]]] + [local[x] for x in readers[b]]) + 1,
-                     size[b]) for b in s["buffers"]]
-        out_stages.append(Stage(k, [names[v] for v in s["nodes"]], s["cost"], s["base"], _plan(bs, s["plan"], alignment)))
-    slots = [Slot(bnames[s["buffer"]], s["size"], s["copies"], s["base"], s["from_stage"], s["to_stage"])
-             for s in r["slots"]]
-    result = PipelinePlan(out_stages, slots, r["height"], r["lower_bound"], r["slot_bytes"],
-                          _plan(whole, r["sequential"], alignment), r["speedup"], in_flight,
-                          dict(zip(names, r["stage_of"])), r["seconds"])
-    if steady_items:
-        result.steady_state, result.node_steps = _steady_state(r["unrolled"], len(names))
-    return result
+    return [Buffer(n, producer[b], (nodes + 1) if returned[b] else max([producer[b]] + readers[b]) + 1,
+                   size[b]) for b, n in enumerate(bnames)]
+
+
+def _stage(k: int, s: Mapping[str, Any], names: list[str], columns: tuple, alignment: int) -> Stage:
+    """Stage ``k`` from the core's result ``s``: its nodes, cost, base and the plan of its local buffers
+    (steps are positions among the stage's nodes)."""
+    bnames, producer, readers, returned, size, _ = columns
+    local = {v: i for i, v in enumerate(s["nodes"])}
+    bs = [Buffer(bnames[b], local[producer[b]], max([local[producer[b]]] + [local[x] for x in readers[b]]) + 1,
+                 size[b]) for b in s["buffers"]]
+    return Stage(k, [names[v] for v in s["nodes"]], s["cost"], s["base"], _plan(bs, s["plan"], alignment))
 
 
 def _plan(buffers: list[Buffer], r: Mapping[str, Any], alignment: int) -> Plan:

@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from torchmem.formats.snapshot_devices import choose_device, device_segments
+from torchmem.formats.snapshot_devices import DeviceChoice, choose_device, device_segments
 from torchmem.viz.png import COLORS
 from torchmem.viz.ranks import user_frames
 from torchmem.viz.timeline import Timeline, timeline
@@ -218,43 +218,42 @@ def _sites_table(segments: list[dict], limit: int = 25) -> str:
     return f'<table><tr><th>bytes</th><th>blocks</th><th>where allocated (the allocation site first, then its callers)</th></tr>{body}</table>'
 
 
-def render_html(snapshot: dict, title: str = "memory snapshot", device: int | None = None,
-                progress: Callable[[int], None] | None = None) -> str:
-    """The page as a string: one device of the snapshot (`device`, else the one with the OOM, else the one
-    with the most history: torchmem.formats.snapshot_devices)."""
-    choice = choose_device(snapshot, device)
-    segments = device_segments(snapshot, choice.device)
-    tot = totals({"segments": segments})
-    traces = snapshot.get("device_traces") or []
-    has_history = choice.device < len(traces) and bool(traces[choice.device])
-    t = timeline(snapshot, choice.device, progress=progress) if has_history else None
-    ooms = t.ooms if t else []
-    settings = snapshot.get("allocator_settings") or {}
+def _card(label: str, value: str, bad: bool = False) -> str:
+    """One summary card: a value over its label (red for ``bad``)."""
+    return f'<div class="card{" bad" if bad else ""}"><b>{_e(value)}</b><span>{_e(label)}</span></div>'
 
-    def card(label: str, value: str, bad: bool = False) -> str:
-        return f'<div class="card{" bad" if bad else ""}"><b>{_e(value)}</b><span>{_e(label)}</span></div>'
 
-    cards = [card("reserved", fmt_size(tot["reserved"], 1)), card("allocated", fmt_size(tot["allocated"], 1)),
-             card("free internal (rounding)", fmt_size(tot["free_internal"], 1)),
-             card("free external (free blocks)", fmt_size(tot["free_external"], 1)),
-             card("largest free block", fmt_size(tot["largest_free_block"], 1)),
-             card("segments", f"{tot['segments']:,}")]
+def _cards(tot: dict, t: Timeline | None, ooms: list[dict]) -> list[str]:
+    """The summary cards: the totals, the history's peak reserved and the OOMs where there are any."""
+    cards = [_card("reserved", fmt_size(tot["reserved"], 1)), _card("allocated", fmt_size(tot["allocated"], 1)),
+             _card("free internal (rounding)", fmt_size(tot["free_internal"], 1)),
+             _card("free external (free blocks)", fmt_size(tot["free_external"], 1)),
+             _card("largest free block", fmt_size(tot["largest_free_block"], 1)),
+             _card("segments", f"{tot['segments']:,}")]
     if t is not None:
-        cards.append(card("peak reserved (history)", fmt_size(int(t.reserved.max()), 1)))
+        cards.append(_card("peak reserved (history)", fmt_size(int(t.reserved.max()), 1)))
     if ooms:
-        cards.append(card("out of memory", f"{len(ooms)} OOM", bad=True))
-    ctx = {"truncated": 0}
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{_e(title)}</title>", f"<style>{CSS}</style></head><body>",
-           f"<h1>{_e(title)}</h1>",
-           f'<p class="sub" id="device">{_e(choice.describe()[0].upper() + choice.describe()[1:])}'
-           f'{"; others with torchmem viz --device N" if choice.devices > 1 else ""}.</p>',
-           f'<p class="sub">{_e(_settings_text(settings) or "PyTorch memory snapshot")}</p>',
-           f'<div class="cards">{"".join(cards)}</div>',
-           f'<p class="note">allocated + free internal + free external = reserved '
-           f'({tot["allocated"]:,} + {tot["free_internal"]:,} + {tot["free_external"]:,} = {tot["reserved"]:,} bytes).</p>']
-    out.append("<h2>Over time</h2>")
+        cards.append(_card("out of memory", f"{len(ooms)} OOM", bad=True))
+    return cards
+
+
+def _page_top(title: str, choice: DeviceChoice, settings: dict, tot: dict, cards: list[str]) -> list[str]:
+    """The page's head and its first lines: the title, the device, the settings, the cards and the totals."""
+    return ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{_e(title)}</title>", f"<style>{CSS}</style></head><body>",
+            f"<h1>{_e(title)}</h1>",
+            f'<p class="sub" id="device">{_e(choice.describe()[0].upper() + choice.describe()[1:])}'
+            f'{"; others with torchmem viz --device N" if choice.devices > 1 else ""}.</p>',
+            f'<p class="sub">{_e(_settings_text(settings) or "PyTorch memory snapshot")}</p>',
+            f'<div class="cards">{"".join(cards)}</div>',
+            f'<p class="note">allocated + free internal + free external = reserved '
+            f'({tot["allocated"]:,} + {tot["free_internal"]:,} + {tot["free_external"]:,} = {tot["reserved"]:,} bytes).</p>']
+
+
+def _over_time_section(t: Timeline | None, ooms: list[dict]) -> list[str]:
+    """The "Over time" section: the legend, the timeline and its notes, or a note that there is no history."""
+    out = ["<h2>Over time</h2>"]
     if t is not None:
         out.append(_legend([("allocated", COLORS["requested"]), ("reserved", COLORS["reserved"]),
                             ("reserved but not allocated", "rgba(221,107,32,0.3)"),
@@ -267,32 +266,68 @@ def render_html(snapshot: dict, title: str = "memory snapshot", device: int | No
     else:
         out.append('<p class="note">No history in this snapshot: record with torchmem.record_memory_history() '
                    "(or torch.cuda.memory._record_memory_history()) before dumping it.</p>")
-    out.append(f"<h2>Segments (the {min(MAX_SEGMENTS, tot['segments'])} largest of {tot['segments']:,})</h2>")
+    return out
+
+
+def _segments_section(segments: list[dict], tot: dict) -> list[str]:
+    """The "Segments" section: the legend, the segments drawn, and a note on how they are drawn."""
+    ctx = {"truncated": 0}
+    out = [f"<h2>Segments (the {min(MAX_SEGMENTS, tot['segments'])} largest of {tot['segments']:,})</h2>"]
     out.append(_legend([("allocated", COLORS["requested"]), ("rounding (free internal)", COLORS["rounding"]),
                         ("free pending", COLORS["active_pending_free"]), ("free (external)", COLORS["inactive"])]))
     out.append(_segments_svg(segments, ctx) if segments else '<p class="note">No segments.</p>')
     out.append('<p class="note">Each row is one segment scaled to its own size; hover a block for its size and stack.'
                + (f" {ctx['truncated']} segments have more blocks than drawn (the largest are shown)." if ctx["truncated"] else "")
                + "</p>")
+    return out
+
+
+def _ooms_table(ooms: list[dict]) -> list[str]:
+    """The "Out-of-memory events" section: one row per OOM."""
+    out = ['<h2 id="ooms">Out-of-memory events</h2><table><tr><th>trace entry</th><th>requested</th><th>allocated</th>'
+           "<th>reserved</th><th>free on the device</th></tr>"]
+    out.extend(f'<tr><td class="n">{o["entry"]:,}</td><td class="n">{_e(fmt_size(o["size"], 1))}</td>'
+               f'<td class="n">{_e(fmt_size(o["allocated"], 1))}</td><td class="n">{_e(fmt_size(o["reserved"], 1))}</td>'
+               f'<td class="n">{_e(fmt_size(o["device_free"], 1))}</td></tr>' for o in ooms)
+    out.append("</table>")
+    return out
+
+
+def _annotations_table(annotations: list) -> list[str]:
+    """The "Annotations" section: the first MAX_ANNOTATIONS annotations, one row each."""
+    out = [f'<h2 id="annotations">Annotations ({len(annotations):,})</h2><table><tr><th>trace entry</th>'
+           "<th>annotation</th><th>block</th><th>address</th></tr>"]
+    out.extend(f'<tr><td class="n">{a.entry:,}</td><td>{_e(a.text)}</td>'
+               f'<td class="n">{_e(fmt_size(a.size, 1)) if a.size is not None else ""}</td>'
+               f'<td class="n">{f"0x{a.addr:x}" if a.addr is not None else ""}</td></tr>'
+               for a in annotations[:MAX_ANNOTATIONS])
+    out.append("</table>")
+    if len(annotations) > MAX_ANNOTATIONS:
+        out.append(f'<p class="note">The first {MAX_ANNOTATIONS:,} are shown.</p>')
+    return out
+
+
+def render_html(snapshot: dict, title: str = "memory snapshot", device: int | None = None,
+                progress: Callable[[int], None] | None = None) -> str:
+    """The page as a string: one device of the snapshot (`device`, else the one with the OOM, else the one
+    with the most history: torchmem.formats.snapshot_devices)."""
+    choice = choose_device(snapshot, device)
+    segments = device_segments(snapshot, choice.device)
+    tot = totals({"segments": segments})
+    traces = snapshot.get("device_traces") or []
+    has_history = choice.device < len(traces) and bool(traces[choice.device])
+    t = timeline(snapshot, choice.device, progress=progress) if has_history else None
+    ooms = t.ooms if t else []
+    settings = snapshot.get("allocator_settings") or {}
+    out = _page_top(title, choice, settings, tot, _cards(tot, t, ooms))
+    out.extend(_over_time_section(t, ooms))
+    out.extend(_segments_section(segments, tot))
     out.append("<h2>Live memory by allocation site</h2>")
     out.append(_sites_table(segments))
     if ooms:
-        out.append('<h2 id="ooms">Out-of-memory events</h2><table><tr><th>trace entry</th><th>requested</th><th>allocated</th>'
-                   "<th>reserved</th><th>free on the device</th></tr>")
-        out.extend(f'<tr><td class="n">{o["entry"]:,}</td><td class="n">{_e(fmt_size(o["size"], 1))}</td>'
-                   f'<td class="n">{_e(fmt_size(o["allocated"], 1))}</td><td class="n">{_e(fmt_size(o["reserved"], 1))}</td>'
-                   f'<td class="n">{_e(fmt_size(o["device_free"], 1))}</td></tr>' for o in ooms)
-        out.append("</table>")
+        out.extend(_ooms_table(ooms))
     if t is not None and t.annotations:
-        out.append(f'<h2 id="annotations">Annotations ({len(t.annotations):,})</h2><table><tr><th>trace entry</th>'
-                   "<th>annotation</th><th>block</th><th>address</th></tr>")
-        out.extend(f'<tr><td class="n">{a.entry:,}</td><td>{_e(a.text)}</td>'
-                   f'<td class="n">{_e(fmt_size(a.size, 1)) if a.size is not None else ""}</td>'
-                   f'<td class="n">{f"0x{a.addr:x}" if a.addr is not None else ""}</td></tr>'
-                   for a in t.annotations[:MAX_ANNOTATIONS])
-        out.append("</table>")
-        if len(t.annotations) > MAX_ANNOTATIONS:
-            out.append(f'<p class="note">The first {MAX_ANNOTATIONS:,} are shown.</p>')
+        out.extend(_annotations_table(t.annotations))
     out.append('<p class="note">Made by torchmem viz. This page needs no network.</p></body></html>')
     return "\n".join(out)
 

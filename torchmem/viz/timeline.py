@@ -168,9 +168,8 @@ def _largest_free(live: dict[int, int], ranges: _Ranges) -> int:
     return int(gaps.max()) if len(gaps) and gaps.max() > 0 else 0
 
 
-def _largest_free_series(entries: list[dict], segments: list[dict], samples: int,
-                         progress: Callable[[int], None] | None) -> tuple[np.ndarray, np.ndarray]:
-    # The state at the end, from the segments.
+def _end_state(segments: list[dict]) -> tuple[dict[int, int], _Ranges]:
+    """The live blocks (address -> size) and reserved ranges at the snapshot's end, from its segments."""
     live = {b["address"]: b["size"] for s in segments for b in s["blocks"] if b["state"] != "inactive"}
     ranges = _Ranges()
     for s in segments:
@@ -178,7 +177,11 @@ def _largest_free_series(entries: list[dict], segments: list[dict], samples: int
             ranges.add_mapped(s["address"], s["total_size"])
         else:
             ranges.segments[s["address"]] = s["total_size"]
-    # Backwards to the state before the first entry.
+    return live, ranges
+
+
+def _rewind(entries: list[dict], live: dict[int, int], ranges: _Ranges) -> None:
+    """Undoes the history's entries, last first, on ``live`` and ``ranges``: the state before the first entry."""
     for e in reversed(entries):
         action = e["action"]
         if action == "alloc":
@@ -193,54 +196,87 @@ def _largest_free_series(entries: list[dict], segments: list[dict], samples: int
             ranges.remove_mapped(e["addr"], e["size"])
         elif action == "segment_unmap":
             ranges.add_mapped(e["addr"], e["size"])
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """The state walked forwards through the history, changed in place: live blocks, their sorted addresses,
+    the reserved ranges, and those ranges' bounds as lists (empty until needed, cleared when they change)."""
+
+    live: dict[int, int]
+    live_addrs: list[int]
+    ranges: _Ranges
+    bounds: list
+
+
+def _block_size(state: _Forward, addr: int, size: int) -> int:
+    """The size of a new block at ``addr`` for a request of ``size``: the rounded request, or the whole free
+    gap it starts when the split rule would not split it."""
+    rounded = _round(size)
+    bounds, live_addrs = state.bounds, state.live_addrs
+    if not bounds:
+        starts, ends = state.ranges.bounds()
+        bounds.extend([starts.tolist(), ends.tolist()])
+    r = bisect.bisect_right(bounds[0], addr) - 1
+    if r < 0 or addr >= bounds[1][r]:
+        return rounded
+    k = bisect.bisect_right(live_addrs, addr)
+    gap_end = min(bounds[1][r], live_addrs[k]) if k < len(live_addrs) else bounds[1][r]
+    remaining = gap_end - addr - rounded
+    small = rounded <= SMALL_SIZE
+    if 0 <= remaining and (remaining < MIN_BLOCK if small else remaining <= SMALL_SIZE):
+        return gap_end - addr
+    return rounded
+
+
+def _step_forward(state: _Forward, e: dict) -> None:
+    """Applies one trace entry to ``state``: a block made or freed, a range reserved or released."""
+    live, live_addrs, ranges = state.live, state.live_addrs, state.ranges
+    action = e["action"]
+    if action == "alloc":
+        addr = e["addr"]
+        if addr not in live:
+            live[addr] = _block_size(state, addr, e["size"])
+            bisect.insort(live_addrs, addr)
+    elif action == "free_completed":
+        if live.pop(e["addr"], None) is not None:
+            del live_addrs[bisect.bisect_left(live_addrs, e["addr"])]
+    elif action.startswith("segment_"):
+        if action == "segment_alloc":
+            ranges.segments[e["addr"]] = e["size"]
+        elif action == "segment_free":
+            ranges.segments.pop(e["addr"], None)
+        elif action == "segment_map":
+            ranges.add_mapped(e["addr"], e["size"])
+        elif action == "segment_unmap":
+            ranges.remove_mapped(e["addr"], e["size"])
+        state.bounds.clear()
+
+
+def _sample_marks(n: int, samples: int) -> set[int]:
+    """The points (0 to ``n``) at which to sample: at most ``samples``, spread evenly."""
+    return set(np.unique(np.linspace(0, n, num=min(samples, n + 1), dtype=np.int64)).tolist()) if n else {0}
+
+
+def _largest_free_series(entries: list[dict], segments: list[dict], samples: int,
+                         progress: Callable[[int], None] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The largest free block at sampled points of the history: (points, bytes)."""
+    # The state at the end, from the segments.
+    live, ranges = _end_state(segments)
+    # Backwards to the state before the first entry.
+    _rewind(entries, live, ranges)
     # Forwards, sampling. A new block takes the whole free gap it starts when
     # splitting would leave too little (the allocator's split rule), so its
     # size is the gap's, not just the rounded request.
-    live_addrs = sorted(live)
-    bounds: list = []
-
-    def block_size(addr: int, size: int) -> int:
-        rounded = _round(size)
-        if not bounds:
-            starts, ends = ranges.bounds()
-            bounds.extend([starts.tolist(), ends.tolist()])
-        r = bisect.bisect_right(bounds[0], addr) - 1
-        if r < 0 or addr >= bounds[1][r]:
-            return rounded
-        k = bisect.bisect_right(live_addrs, addr)
-        gap_end = min(bounds[1][r], live_addrs[k]) if k < len(live_addrs) else bounds[1][r]
-        remaining = gap_end - addr - rounded
-        small = rounded <= SMALL_SIZE
-        if 0 <= remaining and (remaining < MIN_BLOCK if small else remaining <= SMALL_SIZE):
-            return gap_end - addr
-        return rounded
-
+    state = _Forward(live, sorted(live), ranges, [])
     n = len(entries)
-    marks = set(np.unique(np.linspace(0, n, num=min(samples, n + 1), dtype=np.int64)).tolist()) if n else {0}
+    marks = _sample_marks(n, samples)
     index, values = [], []
     if 0 in marks:
         index.append(0)
         values.append(_largest_free(live, ranges))
     for i, e in enumerate(entries, 1):
-        action = e["action"]
-        if action == "alloc":
-            addr = e["addr"]
-            if addr not in live:
-                live[addr] = block_size(addr, e["size"])
-                bisect.insort(live_addrs, addr)
-        elif action == "free_completed":
-            if live.pop(e["addr"], None) is not None:
-                del live_addrs[bisect.bisect_left(live_addrs, e["addr"])]
-        elif action.startswith("segment_"):
-            if action == "segment_alloc":
-                ranges.segments[e["addr"]] = e["size"]
-            elif action == "segment_free":
-                ranges.segments.pop(e["addr"], None)
-            elif action == "segment_map":
-                ranges.add_mapped(e["addr"], e["size"])
-            elif action == "segment_unmap":
-                ranges.remove_mapped(e["addr"], e["size"])
-            bounds.clear()
+        _step_forward(state, e)
         if i in marks:
             index.append(i)
             values.append(_largest_free(live, ranges))
