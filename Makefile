@@ -30,7 +30,7 @@ FAKEGPU12_CUDA_INCLUDE := $(shell for d in $(CUDA12_HOME)/include .venv-cuda-*/l
   v=$$(sed -n 's/^\#define CUDART_VERSION *\(12[0-9][0-9][0-9]\).*/\1/p' $$d/cuda_runtime_api.h 2>/dev/null); \
   [ -n "$$v" ] && echo "$$v $$d"; done | sort -n | tail -n 1 | cut -d' ' -f2)
 endif
-FAKEGPU_INPUTS := fakegpu/build.py fakegpu/gen_stubs.py $(wildcard fakegpu/*_symbols.txt fakegpu/src/* fakegpu/include/*.h \
+FAKEGPU_INPUTS := fakegpu/build.py $(wildcard fakegpu/cudart/* fakegpu/include/*.h \
   fakegpu/libcuda/*.c fakegpu/nvml/*.c fakegpu/nccl/*.c fakegpu/cublas/*)
 fakegpu_libs = $(1)/libtorchmem_fakecudart.so $(1)/libcuda.so.1 $(1)/libcuda.so $(1)/libnvidia-ml.so.1 $(1)/libcublas.so.$(2) \
   $(1)/libcublasLt.so.$(2) $(1)/libnccl.so.2

@@ -101,9 +101,9 @@ class SetBuilder:
         """Compiles and links the set; returns the libraries' paths."""
         self.out.mkdir(parents=True, exist_ok=True)
         log_header = HERE / "include" / "fg_log.h"
-        runtime_headers = [*sorted((HERE / "src").glob("*.h")), HERE / "include" / "fakegpu.h", log_header]
+        runtime_headers = [*sorted((HERE / "cudart").glob("*.h")), HERE / "include" / "fakegpu.h", log_header]
         blas_headers = [HERE / "cublas" / "common.h", log_header]
-        jobs = [(s, self.out / "obj" / f"{s.stem}.o", runtime_headers) for s in sorted((HERE / "src").glob("*.c"))]
+        jobs = [(s, self.out / "obj" / f"{s.stem}.o", runtime_headers) for s in sorted((HERE / "cudart").glob("*.c"))]
         jobs += [(HERE / "cublas" / f"{n}.c", self.out / "blas" / f"{n}.o", blas_headers)
                  for n in ("common", "cublas", "cublasLt")]
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
@@ -123,7 +123,7 @@ class SetBuilder:
 
     def link_runtime(self, objects: list[str]) -> None:
         gen = self.out / "gen"
-        self.run([sys.executable, str(HERE / "gen_stubs.py"), str(HERE / f"cudart{self.suffix}_symbols.txt"),
+        self.run([sys.executable, str(HERE / "cudart" / "gen_stubs.py"), str(HERE / "cudart" / f"cudart{self.suffix}_symbols.txt"),
                   f"libcudart.so.{self.major}", str(gen), *objects])
         self.run([self.cc, *CFLAGS, "-c", str(gen / "stubs.c"), "-o", str(gen / "stubs.o")])
         self.shared("libtorchmem_fakecudart.so", [*objects, str(gen / "stubs.o")],

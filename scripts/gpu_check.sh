@@ -152,7 +152,7 @@ if [ "$FAKEGPU" = 1 ]; then
     exit 1
   fi
   export TORCHMEM_FAKEGPU_LIBS=${TORCHMEM_FAKEGPU_LIBS:-$ROOT/build/fakegpu}
-  export TORCHMEM_FAKEGPU_DATA=1  # the CUDA tests check that blocks keep their bytes (fakegpu/src/contents.c)
+  export TORCHMEM_FAKEGPU_DATA=1  # the CUDA tests check that blocks keep their bytes (fakegpu/cudart/contents.c)
   export TORCHMEM_EXT_DIR=$FAKEGPU_BUILD/lib/torchmem
   export TORCHMEM_FAKEGPU_LOG=$LOGS/fakegpu_unimplemented.log
   export TORCHMEM_FAKEGPU_REQUIRED=1

@@ -1,6 +1,6 @@
 """Workloads for tests/fakegpu/test_preflight_device_reads.py, run by name in preflight's child.
 
-Under preflight the fake device holds no data (fakegpu/src/contents.c): a value a kernel computed reads
+Under preflight the fake device holds no data (fakegpu/cudart/contents.c): a value a kernel computed reads
 zero on the host, and a copy to the device takes no host memory.
 """
 from __future__ import annotations

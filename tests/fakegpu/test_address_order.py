@@ -1,4 +1,4 @@
-"""Where the fake GPU's cudaMalloc puts segments (Note [Falling device addresses] in fakegpu/src/address_space.c).
+"""Where the fake GPU's cudaMalloc puts segments (Note [Falling device addresses] in fakegpu/cudart/address_space.c).
 
 PyTorch's best fit breaks ties between equal free blocks by address, so the
 order of segment addresses decides placements. Each check runs PyTorch's own

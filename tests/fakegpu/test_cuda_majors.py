@@ -23,9 +23,9 @@ from tests.support.subprocess_runner import run_args
 
 MAJOR = int(torch.version.cuda.split(".")[0]) if torch.version.cuda else None
 SYMBOL_LISTS = {  # (soname, committed list) per major
-    13: [("libcudart.so.13", "fakegpu/cudart_symbols.txt"), ("libcublas.so.13", "fakegpu/cublas/cublas_symbols.txt"),
+    13: [("libcudart.so.13", "fakegpu/cudart/cudart_symbols.txt"), ("libcublas.so.13", "fakegpu/cublas/cublas_symbols.txt"),
          ("libcublasLt.so.13", "fakegpu/cublas/cublasLt_symbols.txt")],
-    12: [("libcudart.so.12", "fakegpu/cudart12_symbols.txt"), ("libcublas.so.12", "fakegpu/cublas/cublas12_symbols.txt"),
+    12: [("libcudart.so.12", "fakegpu/cudart/cudart12_symbols.txt"), ("libcublas.so.12", "fakegpu/cublas/cublas12_symbols.txt"),
          ("libcublasLt.so.12", "fakegpu/cublas/cublasLt12_symbols.txt")],
 }
 

@@ -4,7 +4,7 @@ elements (tests/fakegpu/every_card_job.py).
 Above 4,096 elements PyTorch sorts with CUB's radix sort, whose tuning follows the kernel image the driver
 runs. PyTorch's wheels carry no sm_89 code for most kernels, so an 8.9 card (RTX 4090, L4, L40S) runs the
 sm_86 code and must allocate as an 8.6 card does. Only allocations sized by the multiprocessor count may
-differ between cards of one capability (fakegpu/src/images.c, Note [Kernel images and the card's compute
+differ between cards of one capability (fakegpu/cudart/images.c, Note [Kernel images and the card's compute
 capability]).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Under preflight the fake device holds no data (fakegpu/src/contents.c, Note [Device memory holds no data]).
+"""Under preflight the fake device holds no data (fakegpu/cudart/contents.c, Note [Device memory holds no data]).
 
 A value a kernel computed reads zero, so GradScaler's found_inf reads "no inf" and the step that allocates
 Adam's state is taken, as on a real card. A copy to the device takes no host memory. A run killed by

@@ -175,7 +175,7 @@ def environment_for(card: str | int | Card = "80GiB", devices: int = 1, *, conf:
     given_log = (base if base is not None else os.environ).get("TORCHMEM_FAKEGPU_LOG")
     log = given_log or Path(out) / "fakegpu.log"  # failed and missing calls (fakegpu_log.py)
     env = environment(card, devices, base=base, command=command, log=os.path.abspath(os.fspath(log)))
-    env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/src/contents.c)
+    env["TORCHMEM_FAKEGPU_DATA"] = "0"  # device memory holds no data (fakegpu/cudart/contents.c)
     paths = [str(STARTUP), str(ROOT) if (ROOT / "torchmem").is_dir() else "", env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env[PLAN_ENV] = RunPlan(out=os.path.abspath(os.fspath(out)), max_entries=max_entries,
