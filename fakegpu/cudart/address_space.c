@@ -125,8 +125,7 @@ int fg_in_device_space(const void *ptr) {
 
 void fg_unmap_aligned(void *ptr, size_t size) {
   size = (size + FG_GRANULE - 1) & ~(FG_GRANULE - 1);
-  /* Drop the backing, the access and what reads back; the range stays reserved. */
-  fg_contents_forget(ptr, size);
+  /* Drop the backing and the access; the range stays reserved. */
   mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
   struct hole h = {(uintptr_t)ptr, (uintptr_t)ptr + size};
   pthread_mutex_lock(&space_lock);

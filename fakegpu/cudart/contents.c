@@ -126,6 +126,11 @@ void fg_contents_forget(const void *ptr, size_t size) {
   pthread_mutex_unlock(&fg_lock);
 }
 
+void fg_unmap_device_range(void *ptr, size_t size) {
+  fg_contents_forget(ptr, (size + FG_GRANULE - 1) & ~(FG_GRANULE - 1)); /* the granules fg_unmap_aligned drops */
+  fg_unmap_aligned(ptr, size);
+}
+
 void fg_contents_copy(void *dst, const void *src, size_t size) {
   if (size == 0 || dst == src) return;
   int to_device = fg_in_device_space(dst), from_device = fg_in_device_space(src);

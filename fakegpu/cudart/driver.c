@@ -130,7 +130,7 @@ static CUresult fake_cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   if (!found)
     return CU_FAIL_WHY(CUDA_ERROR_INVALID_VALUE, "not a reserved address", "ptr=%p, size=%zu", (void *)(uintptr_t)ptr,
                        size);
-  fg_unmap_aligned((void *)(uintptr_t)ptr, size);
+  fg_unmap_device_range((void *)(uintptr_t)ptr, size);
   return CUDA_SUCCESS;
 }
 

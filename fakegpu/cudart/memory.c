@@ -9,31 +9,30 @@
 
 #include "state.h"
 
-#define LOCK() (fg_init(), pthread_mutex_lock(&fg_lock))
-#define UNLOCK() pthread_mutex_unlock(&fg_lock)
-
 cudaError_t cudaMalloc(void **ptr, size_t size) {
   if (ptr == NULL) return FG_FAIL(cudaErrorInvalidValue, "ptr=NULL, size=%zu", size);
   *ptr = NULL;
   if (size == 0) return cudaSuccess;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   int device = fg_current_device();
   ++fg_counters[FG_MALLOC_CALLS];
   /* Unsafe during a capture unless the thread is relaxed (PyTorch switches). */
   if (fg_unsafe_call_refused_locked()) {
-    UNLOCK();
+    pthread_mutex_unlock(&fg_lock);
     return FG_FAIL_WHY(cudaErrorStreamCaptureUnsupported, "during a stream capture", "size=%zu", size);
   }
   int charged = fg_charge_locked(device, size) == 0;
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   void *p = charged ? fg_map_device(size, PROT_READ | PROT_WRITE) : NULL;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   if (p != NULL) fg_memory_add_locked(p, size, device, FG_KIND_DEVICE);
   else {
     if (charged) fg_refund_locked(device, size);
     ++fg_counters[FG_FAILED_MALLOCS];
   }
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   if (p == NULL)
     return FG_FAIL_WHY(cudaErrorMemoryAllocation, charged ? "no device addresses left" : NULL, "size=%zu", size);
   *ptr = p;
@@ -45,7 +44,8 @@ cudaError_t cudaFree(void *ptr) {
   size_t size = 0;
   int device = 0, kind = 0;
   cudaError_t err = cudaSuccess;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   if (fg_unsafe_call_refused_locked()) err = cudaErrorStreamCaptureUnsupported;
   else if (!fg_memory_find_locked(ptr, NULL, NULL, NULL, &kind) || kind != FG_KIND_DEVICE ||
            !fg_memory_remove_locked(ptr, &size, &device, &kind))
@@ -54,18 +54,19 @@ cudaError_t cudaFree(void *ptr) {
     ++fg_counters[FG_FREE_CALLS];
     fg_refund_locked(device, size);
   }
-  UNLOCK();
-  if (err == cudaSuccess) fg_unmap_aligned(ptr, size);
+  pthread_mutex_unlock(&fg_lock);
+  if (err == cudaSuccess) fg_unmap_device_range(ptr, size);
   return FG_FAIL_WHY(err, err == cudaErrorInvalidValue ? "not an address cudaMalloc gave" : "during a stream capture",
                      "ptr=%p", ptr);
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   const struct fg_device *d = &fg_devices[fg_current_device()];
   if (free_bytes) *free_bytes = d->total - d->used;
   if (total_bytes) *total_bytes = d->total;
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   return cudaSuccess;
 }
 
@@ -73,14 +74,15 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
  * stream fails the call, logged under entry, the caller's name. */
 static cudaError_t on_stream(const char *entry, cudaStream_t stream, int *run) {
   cudaError_t err = cudaSuccess;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   struct fg_stream *s = fg_stream_locked(stream);
   if (s == NULL) err = cudaErrorInvalidResourceHandle;
   else {
     ++fg_counters[FG_MEMCPY_CALLS];
     *run = !fg_capture_work_locked(s, 1);
   }
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   return fg_fail(entry, err, NULL, "stream=%p", (void *)stream);
 }
 
@@ -193,9 +195,10 @@ static cudaError_t host_alloc(const char *entry, void **ptr, size_t size, unsign
   void *p = NULL;
   if (posix_memalign(&p, 4096, size ? size : 1) != 0)
     return fg_fail(entry, cudaErrorMemoryAllocation, "host memory", "size=%zu, flags=0x%x", size, flags);
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   fg_memory_add_locked(p, size, fg_current_device(), FG_KIND_HOST);
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   *ptr = p;
   return cudaSuccess;
 }
@@ -209,10 +212,11 @@ cudaError_t cudaMallocHost(void **ptr, size_t size) { return host_alloc(__func__
 cudaError_t cudaFreeHost(void *ptr) {
   if (ptr == NULL) return cudaSuccess;
   int kind = 0, found;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   found = fg_memory_find_locked(ptr, NULL, NULL, NULL, &kind) && kind == FG_KIND_HOST &&
           fg_memory_remove_locked(ptr, NULL, NULL, NULL);
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   if (!found) return FG_FAIL_WHY(cudaErrorInvalidValue, "not an address cudaHostAlloc gave", "ptr=%p", ptr);
   free(ptr);
   return cudaSuccess;
@@ -242,9 +246,10 @@ cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, c
   memset(attributes, 0, sizeof *attributes);
   void *base = NULL;
   int device = 0, kind = 0;
-  LOCK();
+  fg_init();
+  pthread_mutex_lock(&fg_lock);
   int found = fg_memory_find_locked(ptr, &base, NULL, &device, &kind);
-  UNLOCK();
+  pthread_mutex_unlock(&fg_lock);
   attributes->device = found ? device : -2;
   if (found && kind == FG_KIND_HOST) {
     attributes->type = cudaMemoryTypeHost;

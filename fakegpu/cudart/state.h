@@ -13,8 +13,12 @@
  *                              "torchmem fake GPU: failed NAME(ARGS) =
  *                              ERROR[: WHY] (pid N)" (../include/fg_log.h)
  *
- * One mutex (fg_lock) guards everything here; functions named *_locked expect
- * it held. Device memory is host address space that is never touched:
+ * One locking style: each entry point calls fg_init(), then takes fg_lock with
+ * pthread_mutex_lock around what it reads or changes here; functions named
+ * *_locked expect it held. Two files keep a lock of their own in the same style
+ * (address_space.c, images.c). The failure counters alone change lock-free,
+ * with atomics, since a failure is logged inside locked code. The control API
+ * (control.c) sits above this state and the streams; nothing here calls it. Device memory is host address space that is never touched:
  * cudaMalloc maps anonymous memory that costs nothing until touched;
  * cuMemCreate takes a range of one sparse memfd. What reads back from it is
  * contents.c's (Note [Device memory holds no data]).
@@ -179,6 +183,8 @@ void fg_contents_copy(void *dst, const void *src, size_t size);
 void fg_contents_fill(void *dst, int value, size_t size);
 /* Drops what is kept in [ptr, ptr + size) (freed or unmapped memory). */
 void fg_contents_forget(const void *ptr, size_t size);
+/* Frees a device range: drops what reads back from it, then fg_unmap_aligned. */
+void fg_unmap_device_range(void *ptr, size_t size);
 /* Drops everything kept (the counters were reset); expects fg_lock held. */
 void fg_contents_reset_locked(void);
 
