@@ -53,13 +53,6 @@ ar.handle.check_invariants()
 print(json.dumps({"peaks": peaks, "in_arena": all(in_arena), "region_counted": region_counted,
                   "close": all(abs(p - q) <= 1e-3 * max(1.0, abs(q)) for p, q in zip(losses, ref)),
                   "device": ar.device, "stream": ar.stream}))
-# Open bug: once in a fresh-clone run on the fake GPU (xdist, a loaded machine), this child aborted after
-# printing, during interpreter teardown ("terminate called without an active exception"; the arena routes
-# the thread's allocations while autograd's device thread runs the backward); not reproduced in 7 runs
-# alone. Leaving without teardown keeps this test on what it checks; the abort is in the closing note.
-import sys
-sys.stdout.flush()
-os._exit(0)
 """
     )
     assert r["device"] == "cuda:0" and r["stream"] == 0  # the default stream
