@@ -31,7 +31,7 @@ ends the allocation there, as PyTorch counts it (trace_pass.py, request_free).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -42,12 +42,12 @@ from torchmem.replay.capacity import (DEFAULT_CAPACITY, SMALL_PAGE, card_from_sp
                                      segment_request)
 from torchmem.replay.memory_limit import (LimitBounds, bounds, card_for_fraction, conf_fraction, format_fraction,
                                          infer_fraction, refused_retries)
-from torchmem.replay.expandable_ranges import NO_OFFERS, failure_offers, recorded_ranges
+from torchmem.replay.expandable_ranges import NO_OFFERS, FailureOffers, failure_offers, recorded_ranges
 from torchmem.replay.kept_ranges import kept_ranges
 from torchmem.replay.range_room import oom_placements
 from torchmem.replay.release_runs import ReleaseRun
 from torchmem.replay.retries import retry_runs, unsettled_runs
-from torchmem.replay.start_state import fit_between, fix_block_sizes, rebase, rebuild_start_state
+from torchmem.replay.start_state import StartState, fit_between, fix_block_sizes, rebase, rebuild_start_state
 from torchmem.replay.trace_pass import BadEntries, PassEvents, TracePass, run_pass
 from torchmem.formats.trace_types import (CHUNK, FREE_REQUESTED, RANGE_OFFER, RECORDED_RETRY, REQUEST_RELEASE, Chunk, Trace,
                                   TraceError)
@@ -217,6 +217,52 @@ def _conf_only_items(conf: Any) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Recording:
+    """What the pass and the start state tell of one device's recording: what every later step reads."""
+
+    bad: BadEntries      # the bad entries skipped (or raised)
+    b: TracePass
+    start: StartState    # its ranges and notes grow as the later steps place the ranges (rebase, kept_ranges)
+    final_end: int       # the highest address the final segments reach (rebuild_start_state)
+    conf: str | None     # the recorded allocator settings (recorded_conf), before the memory fraction is added
+    ooms: list[dict]     # every oom entry: index (event), entry, size, stream, device_free, reserved
+    expandable: bool     # the settings' expandable_segments
+    large: int           # the large pool's segment size under conf (large_segment_size)
+    peak_reserved: int   # the most the recording held (start state plus segments and maps)
+
+
+def _device_entries(snapshot: dict, name: str, device: int | None) -> tuple[list, DeviceChoice, list]:
+    """The snapshot's device_traces, the device to replay (`device`, else snapshot_devices' rule) and its entries."""
+    traces = snapshot.get("device_traces")
+    if not isinstance(traces, list):
+        raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
+
+    choice = device_rule(snapshot) if device is None else DeviceChoice(device, "given", len(snapshot_devices(snapshot)))
+    device = choice.device
+    if isinstance(device, bool) or not isinstance(device, int) or device not in (snapshot_devices(snapshot) or [0]):
+        raise TraceError(f"{name}: no device {device!r} (the snapshot has {len(traces)})")
+    entries = traces[device] if device < len(traces) else []
+    if not isinstance(entries, list):
+        raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
+    return traces, choice, entries
+
+
+def _read_recording(snapshot: dict, name: str, device: int, entries: list, skip_bad_events: bool) -> _Recording:
+    """One pass over the device's entries, the start state it rebuilds, and the recorded settings."""
+    bad = BadEntries(name, device, skip_bad_events)
+    b = run_pass(entries, bad, snapshot.get("segments"))
+    start, final_end = rebuild_start_state(snapshot, b, bad)
+    start.order_pools(b.pool_ids)
+    conf = recorded_conf(snapshot.get("allocator_settings"))
+    bad.count += fix_block_sizes(start, conf or "", f"{name}: device {device}", skip_bad_events)
+    ooms = [{"index": o.index, "entry": o.entry, "size": o.size, "stream": o.stream, "device_free": o.device_free,
+             "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
+    expandable = _core.rules.config_fields(conf or "")["expandable_segments"]
+    return _Recording(bad, b, start, final_end, conf, ooms, expandable, large_segment_size(conf or ""),
+                      start.reserved + b.reserved_peak)
+
+
 # Note [The card behind an OOM]
 # An oom entry records what the card still had free (device_free), so
 # reserved + device_free is what the process could hold. A real GPU also
@@ -232,115 +278,116 @@ def _conf_only_items(conf: Any) -> list[str]:
 # with memory held (tests/support/oracle.py draws it: Control.set_held).
 
 
-def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
-    """The replayable trace of one device of a snapshot (see the module docstring).
-
-    Raises TraceError naming the entry for an unknown action that may change
-    memory (trace_types.unknown_action; one that cannot is a warning), a malformed
-    entry, an oom entry without device_free, or a trace that contradicts its
-    final segments; with skip_bad_events those entries are skipped and counted
-    in the trace's notes instead.
-    """
-    traces = snapshot.get("device_traces")
-    if not isinstance(traces, list):
-        raise TraceError(f"{name}: no device_traces: record with torch.cuda.memory._record_memory_history() before dumping")
-
-    choice = device_rule(snapshot) if device is None else DeviceChoice(device, "given", len(snapshot_devices(snapshot)))
-    device = choice.device
-    if isinstance(device, bool) or not isinstance(device, int) or device not in (snapshot_devices(snapshot) or [0]):
-        raise TraceError(f"{name}: no device {device!r} (the snapshot has {len(traces)})")
-    entries = traces[device] if device < len(traces) else []
-    if not isinstance(entries, list):
-        raise TraceError(f"{name}: device_traces[{device}] is not a list of trace entries")
-    bad = BadEntries(name, device, skip_bad_events)
-    b = run_pass(entries, bad, snapshot.get("segments"))
-    start, final_end = rebuild_start_state(snapshot, b, bad)
-    start.order_pools(b.pool_ids)
-    conf = recorded_conf(snapshot.get("allocator_settings"))
-    bad.count += fix_block_sizes(start, conf or "", f"{name}: device {device}", skip_bad_events)
+def _recorded_card(r: _Recording) -> tuple[int | None, str | None, int]:
+    """The card's memory as the recording tells it, where that comes from ("oom", "expandable" or None), and the
+    memory held outside PyTorch; places the start ranges of an expandable recording on that card."""
+    b, start = r.b, r.start
     capacity = capacity_from = None
-    oom = None
-    ooms = [{"index": o.index, "entry": o.entry, "size": o.size, "stream": o.stream, "device_free": o.device_free,
-             "reserved": start.reserved + o.reserved_delta} for o in b.ooms]
-    expandable = _core.rules.config_fields(conf or "")["expandable_segments"]
-    peak_reserved = start.reserved + b.reserved_peak
     held = 0
-    if ooms:
-        oom = ooms[0]
+    if r.ooms:
+        oom = r.ooms[0]
         capacity, capacity_from = oom["reserved"] + oom["device_free"], "oom"
-        card = card_from_spacing(recorded_ranges(b, start, large_segment_size(conf))) if expandable else None
+        card = card_from_spacing(recorded_ranges(b, start, r.large)) if r.expandable else None
         if card is not None and card > capacity:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
-    elif expandable:
-        ranges = recorded_ranges(b, start, large_segment_size(conf))
+    elif r.expandable:
+        ranges = recorded_ranges(b, start, r.large)
         capacity = expandable_capacity(ranges, DEFAULT_CAPACITY)
         if capacity is not None and start.ranges:
             # A start range's base lies at or below its lowest page, so the spacing may understate the card:
             # it is at least what the recording held. Place the start ranges on that card, and read it again.
-            least = -(-peak_reserved // SMALL_PAGE) * SMALL_PAGE
+            least = -(-r.peak_reserved // SMALL_PAGE) * SMALL_PAGE
             rebase(start.ranges, b, max(capacity, least))
-            capacity = expandable_capacity(recorded_ranges(b, start, large_segment_size(conf)), DEFAULT_CAPACITY)
+            capacity = expandable_capacity(recorded_ranges(b, start, r.large), DEFAULT_CAPACITY)
             capacity = max(capacity, least) if capacity is not None else None
-        if capacity is not None and capacity >= peak_reserved:
+        if capacity is not None and capacity >= r.peak_reserved:
             capacity_from = "expandable"
         else:
             capacity = None
-    if expandable and capacity is not None and capacity_from == "expandable":
+    if r.expandable and capacity is not None and capacity_from == "expandable":
         fit_between(start.ranges, capacity)  # as rebuild_start_state does with an OOM's card
-    needs = _creation_needs(b, large_segment_size(conf or ""))
-    creations = [(start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
+    return capacity, capacity_from, held
+
+
+def _limit_evidence(r: _Recording, capacity: int | None,
+                    held: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[ReleaseRun]]:
+    """(reserved before, what it asked) of each segment made and of each retry only the limit can have refused,
+    and the runs of releases a new segment followed, each with what that segment asked of the device."""
+    b, conf = r.b, r.conf
+    needs = _creation_needs(b, r.large)
+    creations = [(r.start.reserved + c[0], need) for c, need in zip(b.creations, needs)]
     collects = _core.rules.config_fields(conf or "")["garbage_collection_threshold"] > 0
-    refusals = refused_retries(_asking(b.retry_releases, needs), start.reserved,
-                               capacity - held if ooms else None, collects)
-    retry_releases = _asking(b.retry_releases, _device_needs(b, large_segment_size(conf or "")))
-    large = large_segment_size(conf or "")
-    if expandable and capacity:  # Note [Ranges kept unmapped from before recording]
-        kept = kept_ranges(b, start, capacity, large, conf or "")
-        start.ranges += kept
-        if kept:
-            start.notes.append(f"{len(kept)} expandable range{'s' if len(kept) != 1 else ''} reserved before recording "
-                               "began and never mapped, rebuilt where the trace first maps in "
-                               f"{'them' if len(kept) != 1 else 'it'}")
+    refusals = refused_retries(_asking(b.retry_releases, needs), r.start.reserved,
+                               capacity - held if r.ooms else None, collects)
+    retry_releases = _asking(b.retry_releases, _device_needs(b, r.large))
+    return creations, refusals, retry_releases
+
+
+def _keep_unmapped_ranges(r: _Recording, capacity: int) -> None:
+    """Adds to the start state the expandable ranges reserved before recording began and never mapped."""
+    kept = kept_ranges(r.b, r.start, capacity, r.large, r.conf or "")
+    r.start.ranges += kept
+    if kept:
+        r.start.notes.append(f"{len(kept)} expandable range{'s' if len(kept) != 1 else ''} reserved before recording "
+                             "began and never mapped, rebuilt where the trace first maps in "
+                             f"{'them' if len(kept) != 1 else 'it'}")
+
+
+def _offers_and_limits(r: _Recording, capacity: int | None, creations: list[tuple[int, int]],
+                       refusals: list[tuple[int, int]]) -> tuple[FailureOffers, LimitBounds]:
+    """The range bases to offer before the failed requests, and the bounds the trace sets on the memory limit;
+    adds to `refusals` the OOMs the ranges show the memory fraction refused."""
+    b, start, ooms, large, conf = r.b, r.start, r.ooms, r.large, r.conf or ""
     # Note [Where a request of an expandable stream maps]
-    placements = oom_placements(b, start, capacity, large, conf or "") if expandable and ooms and capacity else []
+    placements = oom_placements(b, start, capacity, large, conf) if r.expandable and ooms and capacity else []
     reserves = {o["index"]: p.new_ranges for o, p in zip(ooms, placements) if p}
-    offers = (failure_offers(b, start, capacity, large, conf or "", reserves)
-              if expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
+    offers = (failure_offers(b, start, capacity, large, conf, reserves)
+              if r.expandable else NO_OFFERS)  # Note [Expandable ranges in a snapshot]
     refusals += _unreserved_refusals(ooms, offers.unreserved, large)
     limits = bounds(creations, [(o["reserved"], o["size"], o["device_free"]) for o in ooms], large, refusals,
-                    maps_pages=expandable, map_bytes=[p.map_bytes if p else None for p in placements])
-    configured = conf_fraction(conf or "")
-    if ooms and not held and configured is not None:
+                    maps_pages=r.expandable, map_bytes=[p.map_bytes if p else None for p in placements])
+    return offers, limits
+
+
+def _card_for_configured_fraction(r: _Recording, capacity: int | None, held: int, limits: LimitBounds,
+                                  offers: FailureOffers) -> tuple[int | None, int, FailureOffers]:
+    """The card, the memory held outside PyTorch and the offers, on the card a configured memory fraction
+    shows behind an OOM (Note [The card behind an OOM]); as given where it shows none."""
+    configured = conf_fraction(r.conf or "")
+    if r.ooms and not held and configured is not None:
         card = card_for_fraction(configured, capacity, limits)
         if card is not None:  # Note [The card behind an OOM]
             capacity, held = card, card - capacity
-            offers = failure_offers(b, start, capacity, large, conf or "") if expandable else NO_OFFERS  # that card's
-    conf, fraction_from, limit_low = _with_fraction(conf, capacity, limits, ooms)
-    untold = _untold_oom(ooms, limits, capacity, conf, large)
-    unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
+            offers = (failure_offers(r.b, r.start, capacity, r.large, r.conf or "")
+                      if r.expandable else NO_OFFERS)  # that card's
+    return capacity, held, offers
+
+
+def _first_guess(b: TracePass, untold: dict | None, unsettled: list[ReleaseRun]) -> tuple[int, str] | None:
+    """The first choice the snapshot cannot settle that every replay rests on (RecordedRun.guess), or None."""
     guesses = [(untold["entry"], UNTOLD_GUESS)] if untold else []
     guesses += [(b.events.entries[unsettled[0].position], RETRY_GUESS)] if unsettled else []
-    card, card_from = card_of(capacity, capacity_from, peak_reserved)
-    # The ranges' spacing tells the card to within a large page, as an OOM does (capacity.py).
-    retried = retry_runs(retry_releases, conf or "", start.reserved, peak_reserved, card,
-                         card_from in ("oom", "expandable"),
-                         fraction_from == "inferred", limit_low, held)
+    return min(guesses, default=None)
+
+
+def _inferred_events(offers: FailureOffers, retried: list[ReleaseRun], retry_releases: list[ReleaseRun],
+                     pending_frees: list[int]) -> list[tuple[int, list[tuple]]]:
+    """The events the later steps infer, as _lower's `inserts`: (position, [(op, id, size, stream, addr)]),
+    sorted by position."""
     inserts = [(pos, [(RANGE_OFFER, 0, 0, stream, base) for base, stream in bases]) for pos, bases in offers.offers]
     # Every run a new segment followed: its request missed its search (kRecordedRetry); size 0 for a counted retry.
     counted = {run.position for run in retried}
     inserts += [(run.position, [(RECORDED_RETRY, 0, 0 if run.position in counted else 1, run.stream, 0)])
                 for run in retry_releases if run.position in counted or run.new_segment > 0]
-    if start.pending_frees:  # frees still waiting at the end (StartState.pending_frees)
-        inserts.insert(0, (0, [(FREE_REQUESTED, id_, 0, 0, 0) for id_ in start.pending_frees]))
-    cols = _lower(b.events, sorted(inserts, key=lambda insert: insert[0]), ooms, b.request_releases)
-    devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
-    recorded = RecordedRun(device=device, devices=devices, conf=conf, capacity=capacity, oom=oom, ooms=ooms,
-                           capacity_from=capacity_from, held=held, fraction_from=fraction_from, limit_low=limit_low,
-                           peak_reserved=peak_reserved,
-                           empty_cache_calls=b.empty_cache_calls, entries=len(entries),
-                           max_address=max(b.max_address, final_end, offers.floor),
-                           retry_releases=retry_releases, start_reserved=start.reserved,
-                           event_entries=cols[5], device_choice=choice.describe(), guess=min(guesses, default=None))
+    if pending_frees:  # frees still waiting at the end (StartState.pending_frees)
+        inserts.insert(0, (0, [(FREE_REQUESTED, id_, 0, 0, 0) for id_ in pending_frees]))
+    return sorted(inserts, key=lambda insert: insert[0])
+
+
+def _trace_notes(r: _Recording, conf: str | None, fraction_from: str, untold: dict | None,
+                 unsettled: list[ReleaseRun], found: list, stamped: list) -> list[str]:
+    """The trace's notes: what the replay inferred or guessed, and what it skipped or carries through."""
+    b, bad = r.b, r.bad
     notes = []
     if fraction_from == "inferred":
         shown = f"{conf_fraction(conf):.4g}"
@@ -361,12 +408,16 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
                      f"the snapshot cannot tell ({n} such run{'s' if n != 1 else ''}; num_alloc_retries may be off)")
     if bad.count:
         notes.append(f"skipped {bad.count} bad trace entries" + (f" (first: {bad.first})" if bad.first else ""))
-    notes += start.notes
-    found, stamped = annotation_entries(entries), metadata_values(entries)
+    notes += r.start.notes
     if found or stamped:
         notes.append(f"{len(found):,} annotation{'s' if len(found) != 1 else ''} and {len(stamped):,} user metadata "
                      f"value{'s' if len(stamped) != 1 else ''} carried through: they change no memory "
                      "(torchmem stats lists them)")
+    return notes
+
+
+def _chunk_factory(cols: list[np.ndarray]) -> Callable[[], Iterator[Chunk]]:
+    """The trace's source of chunks: the event columns (ops, ids, sizes, streams, addrs) CHUNK events at a time."""
     ops, ids, sizes, streams, addrs = cols[:5]
 
     def factory() -> Iterator[Chunk]:
@@ -374,8 +425,51 @@ def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_ba
             hi = lo + CHUNK
             yield Chunk(ops[lo:hi], ids[lo:hi], sizes[lo:hi], streams[lo:hi], addrs[lo:hi])
 
-    return Trace(name, factory, total=len(ops), notes=notes, start=start, recorded=recorded,
-                 skipped_lines=bad.count, first_skipped=bad.first, annotations=found)
+    return factory
+
+
+def snapshot_trace(snapshot: dict, name: str, device: int | None = None, skip_bad_events: bool = False) -> Trace:
+    """The replayable trace of one device of a snapshot (see the module docstring).
+
+    Raises TraceError naming the entry for an unknown action that may change
+    memory (trace_types.unknown_action; one that cannot is a warning), a malformed
+    entry, an oom entry without device_free, or a trace that contradicts its
+    final segments; with skip_bad_events those entries are skipped and counted
+    in the trace's notes instead.
+    """
+    traces, choice, entries = _device_entries(snapshot, name, device)
+    r = _read_recording(snapshot, name, choice.device, entries, skip_bad_events)
+    b, start, ooms = r.b, r.start, r.ooms
+    capacity, capacity_from, held = _recorded_card(r)
+    creations, refusals, retry_releases = _limit_evidence(r, capacity, held)
+    if r.expandable and capacity:  # Note [Ranges kept unmapped from before recording]
+        _keep_unmapped_ranges(r, capacity)
+    offers, limits = _offers_and_limits(r, capacity, creations, refusals)
+    capacity, held, offers = _card_for_configured_fraction(r, capacity, held, limits, offers)
+    conf, fraction_from, limit_low = _with_fraction(r.conf, capacity, limits, ooms)
+    untold = _untold_oom(ooms, limits, capacity, conf, r.large)
+    unsettled = unsettled_runs(retry_releases, conf or "", fraction_from == "config")
+    guess = _first_guess(b, untold, unsettled)
+    card, card_from = card_of(capacity, capacity_from, r.peak_reserved)
+    # The ranges' spacing tells the card to within a large page, as an OOM does (capacity.py).
+    retried = retry_runs(retry_releases, conf or "", start.reserved, r.peak_reserved, card,
+                         card_from in ("oom", "expandable"),
+                         fraction_from == "inferred", limit_low, held)
+    cols = _lower(b.events, _inferred_events(offers, retried, retry_releases, start.pending_frees), ooms,
+                  b.request_releases)
+    devices = [(d, len(t)) for d, t in enumerate(traces) if isinstance(t, list) and t]
+    recorded = RecordedRun(device=choice.device, devices=devices, conf=conf, capacity=capacity,
+                           oom=ooms[0] if ooms else None, ooms=ooms,
+                           capacity_from=capacity_from, held=held, fraction_from=fraction_from, limit_low=limit_low,
+                           peak_reserved=r.peak_reserved,
+                           empty_cache_calls=b.empty_cache_calls, entries=len(entries),
+                           max_address=max(b.max_address, r.final_end, offers.floor),
+                           retry_releases=retry_releases, start_reserved=start.reserved,
+                           event_entries=cols[5], device_choice=choice.describe(), guess=guess)
+    found, stamped = annotation_entries(entries), metadata_values(entries)
+    notes = _trace_notes(r, conf, fraction_from, untold, unsettled, found, stamped)
+    return Trace(name, _chunk_factory(cols), total=len(cols[0]), notes=notes, start=start, recorded=recorded,
+                 skipped_lines=r.bad.count, first_skipped=r.bad.first, annotations=found)
 
 
 def _lower(events: PassEvents, inserts: list[tuple[int, list[tuple]]], ooms: list[dict],

@@ -425,94 +425,121 @@ class _Builder:
         size = int_field(entry, "size", where)
         stream = int_field(entry, "stream", where) if "stream" in entry else 0
         if action == "oom":
-            if "device_free" not in entry:
-                raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
-            device_free = int_field(entry, "device_free", where)
-            self.ooms.append(OomEntry(len(self.cols.ops), i, size, stream, device_free, self.reserved_delta))
-            self.mapped_for_request = False
-            for position in self.sync_frees.at_oom(python_stack(entry)):
-                self.cols.ops[position] = FREE_AT_SYNC
-            self.mark_survived()
-            self.enter_pool(entry, None)
-            self.unsurvived.append(len(self.cols.ops))
-            self.cols.add(FAILED_ALLOC, 0, size, stream)
-            return
+            return self.record_oom(i, entry, size, stream, where)
         addr = int_field(entry, "addr", where)
         self.max_address = max(self.max_address, addr + size)
         if action == "alloc":
-            if size == 0:
-                raise TraceError(f"{where}: alloc of 0 bytes")
-            if addr in self.live:
-                raise TraceError(f"{where}: alloc at 0x{addr:x}, which is already allocated (its free is missing)")
-            id_ = self.new_id()
-            self.live[addr] = id_
-            self.seen.add(addr)
-            self.allocs.append((addr, i))
-            self.mapped_for_request = False
-            for k in self.maps_waiting:
-                self.creations[k][2] = size
-            self.maps_waiting.clear()
-            self.mark_survived()
-            self.enter_pool(entry, addr)
-            self.cols.add(ALLOC, id_, size, stream, addr)
+            self.allocate(i, entry, size, stream, addr, where)
         elif action == free_action:
-            id_ = self.live.pop(addr, None)
-            if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
-                self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
-                self.requested.discard(id_)
-                if self.sync_frees.candidates:
-                    self.sync_frees.clear()
-                return
-            if id_ is not None and id_ in self.requested:
-                self.requested.discard(id_)
-                self.sync_frees.freed(len(self.cols.ops), python_stack(entry))
-            elif self.sync_frees.candidates:
-                self.sync_frees.clear()
-            if id_ is None:
-                if addr in self.seen:
-                    raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")
-                id_ = self.new_id()
-                self.freed_at_start[addr] = (id_, size, i)
-                self.seen.add(addr)
-            self.cols.add(FREE, id_, 0, stream)
+            self.record_free(i, entry, action, size, stream, addr, where)
         elif action == "segment_alloc":
-            if addr in self.segments:
-                raise TraceError(f"{where}: segment_alloc at 0x{addr:x}, which is already a segment")
-            self.segments[addr] = (size, i)
-            self.segments_gone.discard(addr)
-            self.creations.append([self.reserved_delta, size, None])
-            self.reserved_delta += size
-            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
-            self.cols.add(SEGMENT_ADDRESS, 0, size, stream, addr)
+            self.make_segment(i, size, stream, addr, where)
         elif action == "segment_free":
-            if addr in self.segments:
-                made_size, _ = self.segments.pop(addr)
-                if made_size != size:
-                    raise TraceError(f"{where}: segment_free of {size} bytes at 0x{addr:x}, made with {made_size}")
-            elif addr in self.segments_gone:
-                raise TraceError(f"{where}: segment_free of 0x{addr:x}, which was already freed")
-            else:
-                self.start_segments[addr] = (size, stream)
-                pool = pool_id_field(entry.get("pool_id")) if "pool_id" in entry else None
-                if pool is not None and pool != DEFAULT_POOL:
-                    self.start_pools[addr] = pool
-            self.segments_gone.add(addr)
-            self.reserved_delta -= size
-            self.release(size, stream, addr)
+            self.free_segment(entry, size, stream, addr, where)
         elif action == "segment_map":
-            self.maps.append((action, addr, size, stream))
-            self.map_pools.append(self.pool_of_map(entry, addr))
-            self.mapped_for_request = True
-            self.maps_waiting.append(len(self.creations))
-            self.creations.append([self.reserved_delta, size, 0])
-            self.reserved_delta += size
-            self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
-            self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
+            self.map_pages(entry, size, stream, addr)
         elif action == "segment_unmap":
-            self.maps.append((action, addr, size, stream))
-            self.map_pools.append(self.pool_of_map(entry, addr))
-            self.reserved_delta -= size
-            self.release(size, stream, addr)
+            self.unmap_pages(entry, size, stream, addr)
+
+    def record_oom(self, i: int, entry: dict, size: int, stream: int, where: _Where) -> None:
+        """An oom entry: a FAILED_ALLOC event, after the frees that completed at its release (FREE_AT_SYNC)."""
+        if "device_free" not in entry:
+            raise TraceError(f"{where}: oom entry without device_free (the free bytes on the GPU at the failure)")
+        device_free = int_field(entry, "device_free", where)
+        self.ooms.append(OomEntry(len(self.cols.ops), i, size, stream, device_free, self.reserved_delta))
+        self.mapped_for_request = False
+        for position in self.sync_frees.at_oom(python_stack(entry)):
+            self.cols.ops[position] = FREE_AT_SYNC
+        self.mark_survived()
+        self.enter_pool(entry, None)
+        self.unsurvived.append(len(self.cols.ops))
+        self.cols.add(FAILED_ALLOC, 0, size, stream)
+
+    def allocate(self, i: int, entry: dict, size: int, stream: int, addr: int, where: _Where) -> None:
+        """An alloc entry: a new block live at `addr` (an ALLOC event), the request the maps before it served."""
+        if size == 0:
+            raise TraceError(f"{where}: alloc of 0 bytes")
+        if addr in self.live:
+            raise TraceError(f"{where}: alloc at 0x{addr:x}, which is already allocated (its free is missing)")
+        id_ = self.new_id()
+        self.live[addr] = id_
+        self.seen.add(addr)
+        self.allocs.append((addr, i))
+        self.mapped_for_request = False
+        for k in self.maps_waiting:
+            self.creations[k][2] = size
+        self.maps_waiting.clear()
+        self.mark_survived()
+        self.enter_pool(entry, addr)
+        self.cols.add(ALLOC, id_, size, stream, addr)
+
+    def record_free(self, i: int, entry: dict, action: str, size: int, stream: int, addr: int, where: _Where) -> None:
+        """The entry that frees a block (free_action): a FREE event, or its request's FREE_REQUESTED completed."""
+        id_ = self.live.pop(addr, None)
+        if id_ is not None and self.cols.ops and self.cols.ops[-1] == FREE_REQUESTED and self.cols.ids[-1] == id_:
+            self.cols.ops[-1], self.cols.entries[-1] = FREE, i  # its request, completed at once
+            self.requested.discard(id_)
+            if self.sync_frees.candidates:
+                self.sync_frees.clear()
+            return
+        if id_ is not None and id_ in self.requested:
+            self.requested.discard(id_)
+            self.sync_frees.freed(len(self.cols.ops), python_stack(entry))
+        elif self.sync_frees.candidates:
+            self.sync_frees.clear()
+        if id_ is None:
+            if addr in self.seen:
+                raise TraceError(f"{where}: {action} of 0x{addr:x}, which is not allocated (freed twice)")
+            id_ = self.new_id()
+            self.freed_at_start[addr] = (id_, size, i)
+            self.seen.add(addr)
+        self.cols.add(FREE, id_, 0, stream)
+
+    def make_segment(self, i: int, size: int, stream: int, addr: int, where: _Where) -> None:
+        """A segment_alloc entry: a segment made (a SEGMENT_ADDRESS event) and its creation."""
+        if addr in self.segments:
+            raise TraceError(f"{where}: segment_alloc at 0x{addr:x}, which is already a segment")
+        self.segments[addr] = (size, i)
+        self.segments_gone.discard(addr)
+        self.creations.append([self.reserved_delta, size, None])
+        self.reserved_delta += size
+        self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
+        self.cols.add(SEGMENT_ADDRESS, 0, size, stream, addr)
+
+    def free_segment(self, entry: dict, size: int, stream: int, addr: int, where: _Where) -> None:
+        """A segment_free entry: a RELEASE_SEGMENT event; a segment never made in the trace is a start segment."""
+        if addr in self.segments:
+            made_size, _ = self.segments.pop(addr)
+            if made_size != size:
+                raise TraceError(f"{where}: segment_free of {size} bytes at 0x{addr:x}, made with {made_size}")
+        elif addr in self.segments_gone:
+            raise TraceError(f"{where}: segment_free of 0x{addr:x}, which was already freed")
+        else:
+            self.start_segments[addr] = (size, stream)
+            pool = pool_id_field(entry.get("pool_id")) if "pool_id" in entry else None
+            if pool is not None and pool != DEFAULT_POOL:
+                self.start_pools[addr] = pool
+        self.segments_gone.add(addr)
+        self.reserved_delta -= size
+        self.release(size, stream, addr)
+
+    def map_pages(self, entry: dict, size: int, stream: int, addr: int) -> None:
+        """A segment_map entry: pages mapped (a SEGMENT_ADDRESS event), a creation waiting for its request."""
+        self.maps.append(("segment_map", addr, size, stream))
+        self.map_pools.append(self.pool_of_map(entry, addr))
+        self.mapped_for_request = True
+        self.maps_waiting.append(len(self.creations))
+        self.creations.append([self.reserved_delta, size, 0])
+        self.reserved_delta += size
+        self.reserved_peak = max(self.reserved_peak, self.reserved_delta)
+        self.cols.add(SEGMENT_ADDRESS, 0, 0, stream, addr)
+
+    def unmap_pages(self, entry: dict, size: int, stream: int, addr: int) -> None:
+        """A segment_unmap entry: pages unmapped (a RELEASE_SEGMENT event)."""
+        self.maps.append(("segment_unmap", addr, size, stream))
+        self.map_pools.append(self.pool_of_map(entry, addr))
+        self.reserved_delta -= size
+        self.release(size, stream, addr)
 
     def release(self, size: int, stream: int, addr: int) -> None:
         """A RELEASE_SEGMENT event; listed as the request's own after a map it made."""
