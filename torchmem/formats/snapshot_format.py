@@ -47,7 +47,17 @@ def build_snapshot(
     settings: dict | None = None,
 ) -> dict:
     """A PyTorch-format snapshot from _core segments and _core history entries."""
-    frames_of = frames_of or (lambda _context: [])
+    frames = _cached_frames(frames_of or (lambda _context: []))
+    alloc_context, pending = _live_alloc_contexts(entries)
+    out_segments = [_snapshot_segment(seg, device, alloc_context, pending, frames) for seg in segments]
+    trace = [_trace_entry(e, frames) for e in entries] if include_traces else []
+    traces = [[] for _ in range(device)] + [trace]  # device_traces is indexed by device
+    snapshot = {"segments": out_segments, "device_traces": traces, "allocator_settings": dict(settings or {})}
+    return snapshot
+
+
+def _cached_frames(frames_of: Callable[[int], list]) -> Callable[[int], list]:
+    """`frames_of` asked once per context, and no frames for context 0."""
     frame_cache: dict[int, list] = {}
 
     def frames(context: int) -> list:
@@ -57,8 +67,11 @@ def build_snapshot(
             frame_cache[context] = frames_of(context)
         return frame_cache[context]
 
-    # The context of each live allocation, and the blocks whose free was
-    # requested but not completed yet.
+    return frames
+
+
+def _live_alloc_contexts(entries: list[dict]) -> tuple[dict[int, int], set[int]]:
+    """The context of each live allocation, and the blocks whose free was requested but not completed yet."""
     alloc_context: dict[int, int] = {}
     pending: set[int] = set()
     for e in entries:
@@ -71,50 +84,50 @@ def build_snapshot(
         elif action == "free_completed":
             pending.discard(e["addr"])
             alloc_context.pop(e["addr"], None)
+    return alloc_context, pending
 
-    out_segments = []
-    for seg in segments:
-        blocks = []
-        active_size = 0
-        for b in seg["blocks"]:
-            if b["allocated"] or b.get("active"):
-                pending_free = not b["allocated"] or b["address"] in pending
-                state = "active_pending_free" if pending_free else "active_allocated"
-                active_size += b["size"]
-                block_frames = frames(alloc_context.get(b["address"], 0))
-                requested = b["requested_size"]
-            else:
-                state, block_frames, requested = "inactive", [], 0
-            blocks.append({"address": b["address"], "size": b["size"], "requested_size": requested,
-                           "state": state, "frames": block_frames})
-        out_segments.append({
-            "device": device,
-            "address": seg["address"],
-            "total_size": seg["total_size"],
-            "stream": seg["stream"],
-            "segment_type": seg["segment_type"],
-            "segment_pool_id": tuple(seg.get("segment_pool_id", (0, 0))),
-            "allocated_size": seg["allocated_size"],
-            "active_size": active_size,
-            "requested_size": seg["requested_size"],
-            "is_expandable": seg["is_expandable"],
-            "frames": [],
-            "blocks": blocks,
-        })
 
-    trace = []
-    if include_traces:
-        for e in entries:
-            entry = {"action": e["action"], "size": e["size"], "stream": e["stream"], "time_us": e["time_us"],
-                     "frames": frames(e["context"]) if e["action"] == "alloc" else []}
-            if e["action"] == "oom":
-                entry["device_free"] = e["addr"]  # PyTorch's OOM entries carry the free bytes, not an address
-            else:
-                entry["addr"] = e["addr"]
-            trace.append(entry)
-    traces = [[] for _ in range(device)] + [trace]  # device_traces is indexed by device
-    snapshot = {"segments": out_segments, "device_traces": traces, "allocator_settings": dict(settings or {})}
-    return snapshot
+def _snapshot_segment(seg: dict, device: int, alloc_context: dict[int, int], pending: set[int],
+                      frames: Callable[[int], list]) -> dict:
+    """One _core segment as a PyTorch snapshot's segment, with its blocks."""
+    blocks = []
+    active_size = 0
+    for b in seg["blocks"]:
+        if b["allocated"] or b.get("active"):
+            pending_free = not b["allocated"] or b["address"] in pending
+            state = "active_pending_free" if pending_free else "active_allocated"
+            active_size += b["size"]
+            block_frames = frames(alloc_context.get(b["address"], 0))
+            requested = b["requested_size"]
+        else:
+            state, block_frames, requested = "inactive", [], 0
+        blocks.append({"address": b["address"], "size": b["size"], "requested_size": requested,
+                       "state": state, "frames": block_frames})
+    return {
+        "device": device,
+        "address": seg["address"],
+        "total_size": seg["total_size"],
+        "stream": seg["stream"],
+        "segment_type": seg["segment_type"],
+        "segment_pool_id": tuple(seg.get("segment_pool_id", (0, 0))),
+        "allocated_size": seg["allocated_size"],
+        "active_size": active_size,
+        "requested_size": seg["requested_size"],
+        "is_expandable": seg["is_expandable"],
+        "frames": [],
+        "blocks": blocks,
+    }
+
+
+def _trace_entry(e: dict, frames: Callable[[int], list]) -> dict:
+    """One _core history entry as a PyTorch snapshot's trace entry."""
+    entry = {"action": e["action"], "size": e["size"], "stream": e["stream"], "time_us": e["time_us"],
+             "frames": frames(e["context"]) if e["action"] == "alloc" else []}
+    if e["action"] == "oom":
+        entry["device_free"] = e["addr"]  # PyTorch's OOM entries carry the free bytes, not an address
+    else:
+        entry["addr"] = e["addr"]
+    return entry
 
 
 # --- Reading ----------------------------------------------------------------

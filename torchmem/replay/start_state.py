@@ -151,82 +151,139 @@ class _Ranges:
 def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, str], None]) -> tuple[StartState, int]:
     """Segments and live blocks when recording began, from the pass and the final segments, and the highest
     address the final segments reach. A final segment that contradicts the trace goes to `bad_entry` (entry, what)."""
+    # addr -> [size, stream, is_small, expandable, pool]: the segments that existed when recording began
     start_segments: dict[int, list] = {a: [s, st, s == SMALL_SEGMENT, False, b.start_pools.get(a, DEFAULT_POOL)]
                                        for a, (s, st) in b.start_segments.items()}
-    survivors: dict[int, tuple[int, int]] = {}  # addr -> (size, requested): live at start and at the end
-    pending_at_end: set[int] = set()  # survivors whose free waits on other streams (active_pending_free)
-    still_made = dict(b.segments)
-    final_mapped = _Ranges()
-    pool_of: dict[int, tuple[int, bool, tuple[int, int]]] = {}  # range start -> (stream, is_small, pool), expandable
-    live_at_end = dict(b.live)
+    final, highest = _read_final_segments(snapshot, b, bad_entry, start_segments)
+    _add_start_runs(start_segments, final, b)
+    _report_unmatched(final, b, bad_entry)
+
+    state = StartState()
+    order, by_addr, expandable_runs = _start_segments_by_addr(start_segments)
+    blocks = _blocks_live_at_start(b, final.survivors)
+    _place_start_blocks(state, blocks, order, by_addr, expandable_runs, final.pending_at_end, b, bad_entry)
+    capacity = _card_capacity(b, start_segments)
+    ranges = _group_expandable_runs(expandable_runs, by_addr, capacity)
+    _lower_bases(ranges, b, capacity)
+    if capacity is not None:
+        fit_between(ranges, capacity)
+    state.segments = [by_addr[a] for a in order if a in by_addr]
+    state.ranges = ranges
+    return state, highest
+
+
+@dataclass(frozen=True)
+class _FinalSegments:
+    """What the final segments tell of the start, checked against the trace's pass (filled as they are read)."""
+
+    # addr -> (size, requested): live at start and at the end
+    survivors: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # survivors whose free waits on other streams (active_pending_free)
+    pending_at_end: set[int] = field(default_factory=set)
+    # addr -> (size, entry index): segments the trace makes and never frees, not yet met in the final segments
+    still_made: dict[int, tuple[int, int]] = field(default_factory=dict)
+    final_mapped: _Ranges = field(default_factory=_Ranges)  # the final expandable pages (the start's: _add_start_runs)
+    # range start -> (stream, is_small, pool), expandable
+    pool_of: dict[int, tuple[int, bool, tuple[int, int]]] = field(default_factory=dict)
+    # addr -> id: blocks the trace leaves live, not yet met in the final segments
+    live_at_end: dict[int, int] = field(default_factory=dict)
+
+
+def _read_final_segments(snapshot: dict, b: TracePass, bad_entry: Callable[[int, str], None],
+                         start_segments: dict[int, list]) -> tuple[_FinalSegments, int]:
+    """Reads the final segments against the pass, adding the start segments they show; the highest address reached."""
+    final = _FinalSegments(still_made=dict(b.segments), live_at_end=dict(b.live))
     segments = snapshot.get("segments")
     if not isinstance(segments, list):
         raise TraceError(f"{b.name}: no segments list")
     highest = 0
     for n, seg in enumerate(segments):
-        where = f"{b.name}: segment {n}"
-        if not isinstance(seg, dict):
-            raise TraceError(f"{where}: not a segment (expected a dict)")
-        if seg.get("device", b.device) != b.device:
-            continue
-        addr, size = int_field(seg, "address", where), int_field(seg, "total_size", where)
-        highest = max(highest, addr + size)
-        blocks = seg.get("blocks")
-        if not isinstance(blocks, list):
-            raise TraceError(f"{where}: blocks must be a list")
-        made = still_made.pop(addr, None)
-        if made is not None and made[0] != size and not seg.get("is_expandable"):
-            bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
-        expandable = bool(seg.get("is_expandable"))
-        stream = int_field(seg, "stream", where) if "stream" in seg else 0
-        if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
-            final_mapped.add(addr, size)
-            pool_of[addr] = (stream, seg.get("segment_type") == "small",
-                             pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL)
-        elif made is None:
-            start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False,
-                                    pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL]
-        for k, block in enumerate(blocks):
-            bwhere = f"{where} block {k}"
-            if not isinstance(block, dict):
-                raise TraceError(f"{bwhere}: not a block (expected a dict)")
-            baddr = int_field(block, "address", bwhere)
-            state = block.get("state")
-            if state in LIVE_STATES:
-                if live_at_end.pop(baddr, None) is not None:
-                    continue
-                if baddr in b.seen:
-                    bad_entry(len(b.events), f"the final segments show 0x{baddr:x} allocated, but the trace frees it last")
-                    continue
-                if made is not None:
-                    bad_entry(made[1], f"the final segments show 0x{baddr:x} allocated in a segment the trace made, "
-                                         "but the trace never allocates it")
-                    continue
-                survivors[baddr] = (int_field(block, "size", bwhere), int_field(block, "requested_size", bwhere)
-                                    if "requested_size" in block else 0)
-                if state == "active_pending_free":
-                    pending_at_end.add(baddr)
+        highest = max(highest, _read_final_segment(seg, f"{b.name}: segment {n}", b, bad_entry, start_segments, final))
+    return final, highest
+
+
+def _read_final_segment(seg: object, where: str, b: TracePass, bad_entry: Callable[[int, str], None],
+                        start_segments: dict[int, list], final: _FinalSegments) -> int:
+    """Reads one final segment and its blocks into `final` and `start_segments`; its end, 0 for another device's."""
+    if not isinstance(seg, dict):
+        raise TraceError(f"{where}: not a segment (expected a dict)")
+    if seg.get("device", b.device) != b.device:
+        return 0
+    addr, size = int_field(seg, "address", where), int_field(seg, "total_size", where)
+    blocks = seg.get("blocks")
+    if not isinstance(blocks, list):
+        raise TraceError(f"{where}: blocks must be a list")
+    made = final.still_made.pop(addr, None)
+    if made is not None and made[0] != size and not seg.get("is_expandable"):
+        bad_entry(made[1], f"segment_alloc of {made[0]} bytes at 0x{addr:x}, but the final segments give {size}")
+    expandable = bool(seg.get("is_expandable"))
+    stream = int_field(seg, "stream", where) if "stream" in seg else 0
+    if expandable:  # its pages mapped at the start are found below, from all the maps and unmaps
+        final.final_mapped.add(addr, size)
+        final.pool_of[addr] = (stream, seg.get("segment_type") == "small",
+                               pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL)
+    elif made is None:
+        start_segments[addr] = [size, stream, seg.get("segment_type") == "small", False,
+                                pool_id_field(seg.get("segment_pool_id")) or DEFAULT_POOL]
+    for k, block in enumerate(blocks):
+        _read_final_block(block, f"{where} block {k}", made, b, bad_entry, final)
+    return addr + size
+
+
+def _read_final_block(block: object, bwhere: str, made: tuple[int, int] | None, b: TracePass,
+                      bad_entry: Callable[[int, str], None], final: _FinalSegments) -> None:
+    """Reads one block of a final segment: a live one the trace never allocates survives from the start."""
+    if not isinstance(block, dict):
+        raise TraceError(f"{bwhere}: not a block (expected a dict)")
+    baddr = int_field(block, "address", bwhere)
+    state = block.get("state")
+    if state not in LIVE_STATES:
+        return
+    if final.live_at_end.pop(baddr, None) is not None:
+        return
+    if baddr in b.seen:
+        bad_entry(len(b.events), f"the final segments show 0x{baddr:x} allocated, but the trace frees it last")
+        return
+    if made is not None:
+        bad_entry(made[1], f"the final segments show 0x{baddr:x} allocated in a segment the trace made, "
+                             "but the trace never allocates it")
+        return
+    final.survivors[baddr] = (int_field(block, "size", bwhere), int_field(block, "requested_size", bwhere)
+                              if "requested_size" in block else 0)
+    if state == "active_pending_free":
+        final.pending_at_end.add(baddr)
+
+
+def _add_start_runs(start_segments: dict[int, list], final: _FinalSegments, b: TracePass) -> None:
+    """Adds to `start_segments` the expandable pages mapped at the start, one entry per run."""
     # Expandable segments: the pages mapped at the start are the final ones with the trace's maps
     # undone backwards. Each run's stream and pool are those of the first unmap that touches it (a
     # range given back during the trace may serve another stream's range later, at the same
     # addresses), else those of the final segment that still holds it.
+    final_mapped = final.final_mapped
     for action, addr, size, stream in reversed(b.maps):
         (final_mapped.remove if action == "segment_map" else final_mapped.add)(addr, size)
-    finals = sorted(pool_of)
+    finals = sorted(final.pool_of)
     runs = final_mapped.runs()
     first_unmap = _first_unmaps(runs, b.maps, b.map_pools)
     for (start, end), first in zip(runs, first_unmap):
         k = bisect.bisect_right(finals, start) - 1
-        stream, is_small, pool = first or (pool_of[finals[k]] if k >= 0
+        stream, is_small, pool = first or (final.pool_of[finals[k]] if k >= 0
                                            else (0, (end - start) % LARGE_PAGE != 0, DEFAULT_POOL))
         start_segments[start] = [end - start, stream, is_small, True, pool]
-    for addr, id_ in live_at_end.items():
+
+
+def _report_unmatched(final: _FinalSegments, b: TracePass, bad_entry: Callable[[int, str], None]) -> None:
+    """Sends to `bad_entry` each live block and each made segment of the trace that the final segments lack."""
+    for addr, id_ in final.live_at_end.items():
         bad_entry(len(b.events), f"the trace allocates 0x{addr:x} and never frees it, but the final segments "
                                      "show no live block there")
-    for addr, (_, i) in still_made.items():
+    for addr, (_, i) in final.still_made.items():
         bad_entry(i, f"segment_alloc at 0x{addr:x}, a segment the trace never frees, is missing from the final segments")
 
-    state = StartState()
+
+def _start_segments_by_addr(start_segments: dict[int, list]) -> tuple[list[int], dict[int, StartSegment], list[int]]:
+    """The start segments' addresses in order, each as a StartSegment, and those of the expandable runs."""
     order = sorted(start_segments)
     by_addr: dict[int, StartSegment] = {}
     expandable_runs: list[int] = []
@@ -235,9 +292,22 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         by_addr[addr] = StartSegment(addr, size, stream, is_small, pool=pool)
         if expandable:
             expandable_runs.append(addr)
+    return order, by_addr, expandable_runs
+
+
+def _blocks_live_at_start(b: TracePass,
+                          survivors: dict[int, tuple[int, int]]) -> list[tuple[int, int, int, int | None]]:
+    """(addr, size or 0 = infer, requested, trace id or None) of each block live at the start, by address."""
     blocks: list[tuple[int, int, int, int | None]] = [(a, 0, req, id_) for a, (id_, req, _) in b.freed_at_start.items()]
     blocks += [(a, size, req, None) for a, (size, req) in survivors.items()]
     blocks.sort()
+    return blocks
+
+
+def _place_start_blocks(state: StartState, blocks: list[tuple[int, int, int, int | None]], order: list[int],
+                        by_addr: dict[int, StartSegment], expandable_runs: list[int], pending_at_end: set[int],
+                        b: TracePass, bad_entry: Callable[[int, str], None]) -> None:
+    """Puts each block live at the start, sized where the trace shows it and with an id, in its start segment."""
     next_id = b.next_id
     sizes = _sizes_from_later_allocs(blocks, order, by_addr, b, set(expandable_runs))
     for (addr, size, requested, id_), known in zip(blocks, sizes):
@@ -254,13 +324,23 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         seg.ids.append(id_)
         if addr in pending_at_end:
             state.pending_frees.append(id_)
-    # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
-    # range (two, where they span more than one range of the card, when an OOM tells its size), which
-    # begins at the lowest address the recording maps in it while it lives.
+
+
+def _card_capacity(b: TracePass, start_segments: dict[int, list]) -> int | None:
+    """The card's memory where the trace has an OOM, else None."""
     capacity = None
     if b.ooms:  # the card's memory: what PyTorch held at the first OOM plus what the card still had free
         held = sum(size for size, *_ in start_segments.values())
         capacity = held + b.ooms[0].reserved_delta + b.ooms[0].device_free
+    return capacity
+
+
+def _group_expandable_runs(expandable_runs: list[int], by_addr: dict[int, StartSegment],
+                           capacity: int | None) -> list[StartRange]:
+    """Takes the expandable runs out of `by_addr` and groups them into the start's expandable ranges."""
+    # Mapped runs of one stream and pool that no run of another lies between belong to one expandable
+    # range (two, where they span more than one range of the card, when an OOM tells its size), which
+    # begins at the lowest address the recording maps in it while it lives.
     ranges: list[StartRange] = []
     for addr in expandable_runs:
         run = by_addr.pop(addr)
@@ -272,12 +352,7 @@ def rebuild_start_state(snapshot: dict, b: TracePass, bad_entry: Callable[[int, 
         group.runs.append((run.addr, run.size))
         group.blocks += run.blocks
         group.ids += run.ids
-    _lower_bases(ranges, b, capacity)
-    if capacity is not None:
-        fit_between(ranges, capacity)
-    state.segments = [by_addr[a] for a in order if a in by_addr]
-    state.ranges = ranges
-    return state, highest
+    return ranges
 
 
 def _first_unmaps(runs: list[tuple[int, int]], maps: tuple[tuple[str, int, int, int], ...],
