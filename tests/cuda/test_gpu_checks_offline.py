@@ -28,16 +28,21 @@ import textwrap
 import pytest
 import torch
 
-import cuda_helpers
-import test_cuda_pressure
-import test_cuda_semantics
 import torchmem.runtime.cuda
+from tests.cuda import cuda_helpers, test_cuda_pressure, test_cuda_semantics
 from tests.cuda.cuda_helpers import COMMON, MiB, NOTES, PRELUDE, ROOT, check_noted, differences, run_noted
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 MODULES = (test_cuda_semantics, test_cuda_pressure)
-CHILDREN = {f"{m.__name__}.{name}": code for m in MODULES for name, code in vars(m).items()
+
+
+def short_name(module) -> str:
+    """A test module's name within tests/cuda: test_cuda_semantics."""
+    return module.__name__.rsplit(".", 1)[-1]
+
+
+CHILDREN = {f"{short_name(m)}.{name}": code for m in MODULES for name, code in vars(m).items()
             if name.endswith("_CHILD") and isinstance(code, str)}
 
 # What torch factory functions and constructors return, for the methods called on their results.
@@ -190,7 +195,7 @@ def expected_by_check() -> list[tuple[str, str, dict]]:
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "check_noted":
                     child = node.args[1].id
                     expected = eval(compile(ast.Expression(node.args[2]), module.__file__, "eval"), vars(module))
-                    found.append((f"{module.__name__}.{fn.name}", f"{module.__name__}.{child}", expected))
+                    found.append((f"{short_name(module)}.{fn.name}", f"{short_name(module)}.{child}", expected))
     return found
 
 
