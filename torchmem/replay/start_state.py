@@ -1,4 +1,4 @@
-"""The state of a snapshot's allocator when recording began (Note [Start state] in csrc/core/policy/native/caching_start_state.cpp).
+"""The state of a snapshot's allocator when recording began (Note [Start state] in csrc/core/policy/native/caching_replay.cpp).
 
 Most snapshots written on a GPU begin mid-run. The segments that existed
 when recording began are those the trace frees without having made them,

@@ -1,5 +1,5 @@
 // The state of a policy's segments when a recording began (Note [Start
-// state] in policy/native/caching_start_state.cpp), as a replay rebuilds it,
+// state] in policy/native/caching_replay.cpp), as a replay rebuilds it,
 // and what a policy offers a replay that follows the recording.
 //
 // Plain data: RecordedBlock, RecordedSegment, RecordedRange. A policy whose

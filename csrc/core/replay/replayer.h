@@ -216,7 +216,7 @@ class Replayer {
   DeviceStats stats() const;
   // Allocations that a tie between segments of the start state decided, and
   // the event index of the first (-1: none): the snapshot does not hold those
-  // segments' ages (Note [Start segments' ages], caching_start_state.cpp).
+  // segments' ages (Note [Start segments' ages], caching_replay.cpp).
   uint64_t start_age_guesses() const { return age_guesses_; }
   int64_t first_start_age_guess() const { return first_age_guess_; }
   // History for every pool (now and made later), and its entries in the

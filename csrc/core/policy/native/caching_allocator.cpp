@@ -124,47 +124,43 @@ TORCHMEM_ALWAYS_INLINE void* CachingAllocator::hand_out(Request& r, Block* block
   return reinterpret_cast<void*>(block->addr);
 }
 
-void* CachingAllocator::allocate(size_t size, Stream stream) {
+// The one allocation path: every entry point below is allocate_with() with
+// fixed arguments. The request is made before the lock (it reads only the
+// config, which never changes), then the search, then the hand-out, under one
+// lock. Nothing is counted when it returns nullptr.
+TORCHMEM_ALWAYS_INLINE void* CachingAllocator::allocate_with(size_t size, Stream stream, Search search, bool throws) {
   if (size == 0) return nullptr;
   const uint64_t context = history_.context();  // before the lock: a provider may wait (for the GIL)
-  Request r = make_request(size, stream);  // reads only the config: done before the lock
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Block* block = allocate_locked(r);
-  if (!block) throw_oom(r);
-  return hand_out(r, block, context);
-}
-
-void* CachingAllocator::allocate_after_release(size_t size, Stream stream) {
-  if (size == 0) return nullptr;
-  const uint64_t context = history_.context();
   Request r = make_request(size, stream);
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Block* block = allocate_on_miss(r);
-  if (!block) throw_oom(r);
-  return hand_out(r, block, context);
+  Block* block = nullptr;
+  switch (search) {
+    case Search::kCachedOnly: block = r.pool ? find_free_block(r) : nullptr; break;
+    case Search::kAll: block = allocate_locked(r); break;
+    case Search::kAfterRelease: block = allocate_on_miss(r); break;
+  }
+  if (block) return hand_out(r, block, context);
+  if (throws) throw_oom(r);
+  return nullptr;
+}
+
+void* CachingAllocator::allocate(size_t size, Stream stream) { return allocate_with(size, stream, Search::kAll, true); }
+
+void* CachingAllocator::allocate_after_release(size_t size, Stream stream) {
+  return allocate_with(size, stream, Search::kAfterRelease, true);
 }
 
 void* CachingAllocator::try_allocate(size_t size, Stream stream) {
-  if (size == 0) return nullptr;
-  const uint64_t context = history_.context();
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Request r = make_request(size, stream);
-  Block* block = allocate_locked(r);
-  return block ? hand_out(r, block, context) : nullptr;
+  return allocate_with(size, stream, Search::kAll, false);
 }
 
 void* CachingAllocator::allocate_cached(size_t size, Stream stream) {
-  if (size == 0) return nullptr;
-  const uint64_t context = history_.context();
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Request r = make_request(size, stream);
-  Block* block = r.pool ? find_free_block(r) : nullptr;
-  return block ? hand_out(r, block, context) : nullptr;
+  return allocate_with(size, stream, Search::kCachedOnly, false);
 }
 
 void CachingAllocator::throw_out_of_memory(size_t size, Stream stream) {
+  const Request r = make_request(size, stream);
   std::lock_guard<ForkSafeMutex> lock(mutex_);
-  Request r = make_request(size, stream);
   throw_oom(r);
 }
 
@@ -542,26 +538,6 @@ size_t CachingAllocator::merge(Block* dst, Block* src, BlockPool& pool) {
   pool.erase(src);
   destroy_block(src);
   return subsumed;
-}
-
-bool CachingAllocator::release_cached_segment(uintptr_t addr) {
-  std::lock_guard<ForkSafeMutex> lock(mutex_);
-  for (BlockPool* pool : {&large_blocks_, &small_blocks_}) {
-    for (Block* block : pool->blocks) {
-      if (addr < block->addr || addr >= block->addr + block->size) continue;
-      if (block->expandable) {
-        const size_t reserved = own_reserved_;
-        unmap_block(block);
-        if (own_reserved_ == reserved) return false;
-        release_expandable_segment(block);
-        return true;
-      }
-      if (block->is_split() || block->addr != addr) return false;
-      release_block(block);
-      return true;
-    }
-  }
-  return false;
 }
 
 void CachingAllocator::empty_cache() {

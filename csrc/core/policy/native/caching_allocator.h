@@ -66,6 +66,24 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   // the device.
   void empty_cache() override;
 
+  // add_free_memory_callback, set_memory_fraction, set_releases_blocked,
+  // stats, reset_*_stats, history, config and device: PolicyBase's
+  // (policy_base.h). Callbacks run on a miss before a new segment is
+  // allocated; a fraction below 1 also enables the garbage collection
+  // threshold.
+  size_t largest_free_block() const override;
+
+  // Segments and blocks as they stand (address order), for snapshots.
+  std::vector<SegmentInfo> segments() const override;
+  // Throws std::logic_error describing the first broken invariant:
+  // blocks tile each segment exactly; no two neighbouring blocks are both
+  // free; pools hold exactly the free blocks; stats equal a recomputation;
+  // no two live blocks overlap.
+  void check_invariants() const override;
+
+  // RecordedSegments (replay/recorded_state.h): what a replay needs, in
+  // caching_replay.cpp.
+  //
   // Releases the cached segment that begins at `addr` (a free, unsplit
   // segment), or unmaps the wholly free pages of the free block of an
   // expandable segment that holds `addr`, as empty_cache() would. Returns
@@ -93,21 +111,6 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
   RecordedSegments* recorded_segments() override { return this; }
   uint64_t start_age_guesses() const override { return start_age_guesses_; }
 
-  // add_free_memory_callback, set_memory_fraction, set_releases_blocked,
-  // stats, reset_*_stats, history, config and device: PolicyBase's
-  // (policy_base.h). Callbacks run on a miss before a new segment is
-  // allocated; a fraction below 1 also enables the garbage collection
-  // threshold.
-  size_t largest_free_block() const override;
-
-  // Segments and blocks as they stand (address order), for snapshots.
-  std::vector<SegmentInfo> segments() const override;
-  // Throws std::logic_error describing the first broken invariant:
-  // blocks tile each segment exactly; no two neighbouring blocks are both
-  // free; pools hold exactly the free blocks; stats equal a recomputation;
-  // no two live blocks overlap.
-  void check_invariants() const override;
-
  private:
   // One allocation request as it goes through the policy.
   struct Request {
@@ -120,7 +123,14 @@ class CachingAllocator final : public PolicyBase, public RecordedSegments {
     bool pooled = false;  // the block found is still in pool->blocks (find_free_block)
   };
 
+  // Where a request looks for memory: a cached block only; the cache, then
+  // a new segment and the releases and retries of a miss (allocate()); or
+  // the miss alone, for a search the replay made ahead (allocate_after_release).
+  enum class Search { kCachedOnly, kAll, kAfterRelease };
+
   Request make_request(size_t size, Stream stream);
+  // The one allocation path; `throws`: throw_oom() where it would return nullptr.
+  void* allocate_with(size_t size, Stream stream, Search search, bool throws);
   Block* allocate_locked(Request& r);  // nullptr: out of memory (nothing counted)
   Block* allocate_on_miss(Request& r);  // allocate_locked() when no cached block fits
   void* hand_out(Request& r, Block* block, uint64_t context);

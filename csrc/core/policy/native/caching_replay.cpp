@@ -1,3 +1,8 @@
+// The native policy's replay support: CachingAllocator's RecordedSegments
+// (replay/recorded_state.h), the segments of a recording's start rebuilt and
+// a recording's own releases made. allocate_after_release() is one mode of
+// the allocation path (caching_allocator.cpp, allocate_with).
+//
 // Note [Start state]
 // Most snapshots recorded on a GPU begin mid-run: the model, the optimizer
 // and a warm-up step were in memory before recording began. A replay starts
@@ -213,6 +218,26 @@ void CachingAllocator::restore_expandable(const RecordedRange& range) {
   reserve(mapped_bytes);
   increase_pool(stats_.reserved_bytes, range.is_small, static_cast<int64_t>(mapped_bytes));
   expandable_segments_.push_back(std::move(segment));
+}
+
+bool CachingAllocator::release_cached_segment(uintptr_t addr) {
+  std::lock_guard<ForkSafeMutex> lock(mutex_);
+  for (BlockPool* pool : {&large_blocks_, &small_blocks_}) {
+    for (Block* block : pool->blocks) {
+      if (addr < block->addr || addr >= block->addr + block->size) continue;
+      if (block->expandable) {
+        const size_t reserved = own_reserved_;
+        unmap_block(block);
+        if (own_reserved_ == reserved) return false;
+        release_expandable_segment(block);
+        return true;
+      }
+      if (block->is_split() || block->addr != addr) return false;
+      release_block(block);
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace torchmem
