@@ -5,12 +5,16 @@ line; each claim of the verdict is checked against the table's own rows."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 
 import pytest
 
 from tests.support.subprocess_runner import ROOT, ok, torchmem_here
+from torchmem.replay.advise import Advice
+from torchmem.replay.advise_words import table
+
 NATIVE = os.path.join(ROOT, "tests", "data", "native")
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 ROW = re.compile(r"^  (\S.*?)\s+needs\s+([\d.,]+ \w+|not within reach), peak reserved\s+([\d.,]+ \w+); at .*: (completes|OOM)$")
@@ -40,7 +44,8 @@ def rows_of(lines: list[str]) -> list[tuple[str, float | None, float]]:
 def test_the_columns_are_defined_under_the_table(tmp_path):
     lines = advise("nesta_gitu.json.gz", tmp_path)
     table_end = max(i for i, line in enumerate(lines) if ROW.match(line))
-    legend = lines[table_end + 1]
+    assert "tie rule" in lines[table_end + 1]  # the release's rule, said once under the rows
+    legend = lines[table_end + 2]
     assert legend.strip().startswith("needs: the least device memory") and "peak reserved: the most" in legend
 
 
@@ -98,3 +103,49 @@ def test_the_rows_keep_one_column_when_a_label_is_long(tmp_path):
     rows = [line for line in lines if ROW.match(line)]
     assert max(len(line.split(" needs ")[0]) for line in rows) > 2 + 66
     assert len({line.index(" needs ") for line in rows}) == 1
+
+
+def _with_settings(fixture: str, tmp_path, extra: dict) -> str:
+    """The fixture's snapshot with `extra` added to its allocator_settings, written to a file."""
+    snap = json.loads(gzip.decompress(open(os.path.join(NATIVE, fixture), "rb").read()))
+    snap["allocator_settings"] = {**snap["allocator_settings"], **extra}
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps(snap))
+    return str(path)
+
+
+def _rule_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if "tie rule" in line]
+
+
+def test_rows_of_a_torch_2_14_snapshot_show_only_keys_a_user_types(tmp_path):
+    # torch 2.13 and later write max_cached_size into the settings: the replay ties equal blocks by segment age,
+    # with its own key reuse_order:segment, which PYTORCH_CUDA_ALLOC_CONF does not take.
+    path = _with_settings("hugepandacoder.json.gz", tmp_path, {"max_cached_size": -1})
+    lines = ok(torchmem_here("advise", path, "--no-progress")).stdout.splitlines()
+    rows = [line for line in lines if ROW.match(line)]
+    assert len(rows) > 5 and not [line for line in rows if "reuse_order" in line], rows
+    assert any(line.startswith("  (defaults) [the run's]") for line in rows), rows
+    assert any(line.startswith("  max_split_size_mb:") for line in rows), rows
+    table_end = max(i for i, line in enumerate(lines) if ROW.match(line))
+    rule = _rule_lines(lines)
+    assert len(rule) == 1 and "segment was allocated first" in rule[0], rule
+    assert lines.index(rule[0]) == table_end + 1  # under the table, once
+    assert "reuse_order" not in "\n".join(lines)
+
+
+def test_a_snapshot_without_torch_2_13s_settings_says_the_address_rule_it_assumed(tmp_path):
+    lines = advise("hugepandacoder.json.gz", tmp_path)  # settings of an earlier release: no max_cached_size
+    rule = _rule_lines(lines)
+    assert len(rule) == 1 and "the lowest address" in rule[0] and "max_cached_size" in rule[0], rule
+    assert "segment was allocated first" not in "\n".join(lines)
+    assert "reuse_order" not in "\n".join(lines)
+
+
+def test_a_cpu_install_s_own_reuse_order_shows_in_its_rows_and_names_no_release_rule():
+    rows = [Advice(conf, min_capacity=2**30, peak_reserved=2**30, completes=True, capacity=2**31)
+            for conf in ("reuse_order:recent", "reuse_order:recent,max_split_size_mb:64")]
+    lines = table(rows)
+    assert [line.split(" needs ")[0].strip() for line in lines[:2]] == [
+        "reuse_order:recent", "reuse_order:recent,max_split_size_mb:64"]
+    assert not _rule_lines(lines)

@@ -16,17 +16,30 @@ COLUMNS = ("  needs: the least device memory with which the trace completes unde
 
 AGE_RULE = ("  Every PyTorch setting was replayed with the tie rule of the snapshot's release (torch 2.13 and "
             "later): among free blocks of one size, the one whose segment was allocated first.")
+ADDRESS_RULE = ("  Every PyTorch setting was replayed with the tie rule of torch 2.11 and earlier: among free blocks "
+                "of one size, the lowest address (assumed: the trace records no max_cached_size, which torch "
+                "2.13 and later write into a snapshot's settings).")
 
 
 def table(rows: list) -> list[str]:
     """Advise's rows, indented, their labels in one column as wide as the longest (at least 66); then, once,
-    the tie rule the snapshot's release implies, which the rows leave out (advise.shown_setting)."""
+    the tie rule the replay took for the snapshot's release, which the rows leave out (advise.shown_setting)."""
     width = max([66] + [len(r.label) for r in rows])
     lines = ["  " + r.summary(width) for r in rows]
-    native = [r for r in rows if r.policy == "native"]
-    if native and all(SEGMENT_AGE_RULE in conf_items(r.conf) for r in native):
-        lines.append(AGE_RULE)
-    return lines
+    rule = tie_rule([r for r in rows if r.policy == "native"])
+    return lines + ([rule] if rule else [])
+
+
+def tie_rule(native: list) -> str | None:
+    """The line that names the tie rule every PyTorch row was replayed with: torch 2.13+'s, which the snapshot's
+    settings imply, or the earlier releases' by address, which the replay assumes where they do not. None where
+    the rows differ, or a row's own reuse_order (torchmem's CPU setting) shows in it."""
+    orders = {next((item for item in conf_items(r.conf) if item.startswith("reuse_order:")), None) for r in native}
+    if orders == {SEGMENT_AGE_RULE}:
+        return AGE_RULE
+    if orders == {None}:
+        return ADDRESS_RULE
+    return None
 
 
 def verdict(rows: list) -> list[str]:
